@@ -1,0 +1,11 @@
+package loader
+
+import "github.com/ebitengine/purego"
+
+// Call calls the C function at fn with integer or pointer arguments and
+// returns its integer result. It costs ~100 ns: keep it off hot paths.
+// Pointers passed must be C memory or Go memory pinned for the call.
+func Call(fn uintptr, args ...uintptr) uintptr {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return r
+}

@@ -1,0 +1,144 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+)
+
+// LibC holds the few libc functions the runtime calls through purego. They
+// are called per chunk (megabytes), never per allocation.
+type LibC struct {
+	mmap, munmap, madvise, mlock, munlock, errno uintptr
+}
+
+var (
+	libcOnce sync.Once
+	libc     *LibC
+	libcErr  error
+)
+
+// C returns the process's libc, bound once. It is present on every supported
+// platform; an error here means the platform is not supported.
+func C() (*LibC, error) {
+	libcOnce.Do(func() { libc, libcErr = openLibC() })
+	return libc, libcErr
+}
+
+func openLibC() (*LibC, error) {
+	h, err := dlopen(libcPath)
+	if err != nil {
+		return nil, err
+	}
+	c := &LibC{}
+	for _, s := range []struct {
+		p    *uintptr
+		name string
+	}{
+		{&c.mmap, "mmap"}, {&c.munmap, "munmap"}, {&c.madvise, "madvise"},
+		{&c.mlock, "mlock"}, {&c.munlock, "munlock"}, {&c.errno, errnoSymbol},
+	} {
+		if *s.p = dlsym(h, s.name); *s.p == 0 {
+			return nil, fmt.Errorf("%w: %s in %s", ErrSymbolMissing, s.name, libcPath)
+		}
+	}
+	return c, nil
+}
+
+// call runs fn on a locked OS thread and returns its result and errno when
+// the result reports failure (failed(r) true).
+func (c *LibC) call(failed func(uintptr) bool, fn uintptr, args ...uintptr) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, _, _ := purego.SyscallN(fn, args...)
+	if !failed(r) {
+		return r, nil
+	}
+	ep, _, _ := purego.SyscallN(c.errno)
+	e := *(*int32)(cmem.Ptr(ep))
+	return r, syscall.Errno(e)
+}
+
+var mapFailed = ^uintptr(0)
+
+func isMapFailed(r uintptr) bool { return r == mapFailed }
+func isNonZero(r uintptr) bool   { return int32(r) != 0 }
+
+// Map returns n bytes of fresh, zeroed, private anonymous memory.
+func (c *LibC) Map(n uintptr) (uintptr, error) {
+	r, err := c.call(isMapFailed, c.mmap, 0, n,
+		syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON, ^uintptr(0), 0)
+	if err != nil {
+		return 0, fmt.Errorf("mmap %d bytes: %w", n, err)
+	}
+	return r, nil
+}
+
+// MapAligned returns n bytes aligned to align (a power of two), trimming
+// the slack of an oversized mapping.
+func (c *LibC) MapAligned(n, align uintptr) (uintptr, error) {
+	if align <= pageSize {
+		return c.Map(n)
+	}
+	p, err := c.Map(n + align)
+	if err != nil {
+		return 0, err
+	}
+	a := (p + align - 1) &^ (align - 1)
+	if head := a - p; head > 0 {
+		if err := c.Unmap(p, head); err != nil {
+			return 0, err
+		}
+	}
+	if tail := (p + n + align) - (a + n); tail > 0 {
+		if err := c.Unmap(a+n, tail); err != nil {
+			return 0, err
+		}
+	}
+	return a, nil
+}
+
+// Unmap releases [p, p+n).
+func (c *LibC) Unmap(p, n uintptr) error {
+	if _, err := c.call(isNonZero, c.munmap, p, n); err != nil {
+		return fmt.Errorf("munmap %#x+%d: %w", p, n, err)
+	}
+	return nil
+}
+
+// DontNeed tells the kernel the pages of [p, p+n) may be dropped; they read
+// back as zeroes.
+func (c *LibC) DontNeed(p, n uintptr) error {
+	if _, err := c.call(isNonZero, c.madvise, p, n, madvDontNeed); err != nil {
+		return fmt.Errorf("madvise %#x+%d: %w", p, n, err)
+	}
+	return nil
+}
+
+// Mlock page-locks [p, p+n).
+func (c *LibC) Mlock(p, n uintptr) error {
+	if _, err := c.call(isNonZero, c.mlock, p, n); err != nil {
+		return fmt.Errorf("mlock %#x+%d: %w", p, n, err)
+	}
+	return nil
+}
+
+// Munlock unlocks [p, p+n).
+func (c *LibC) Munlock(p, n uintptr) error {
+	if _, err := c.call(isNonZero, c.munlock, p, n); err != nil {
+		return fmt.Errorf("munlock %#x+%d: %w", p, n, err)
+	}
+	return nil
+}
+
+// ErrSymbolMissing: a library lacks a symbol the runtime binds.
+var ErrSymbolMissing = errors.New("symbol missing")
+
+// PageSize is the OS page size.
+var pageSize = uintptr(syscall.Getpagesize())

@@ -1,0 +1,7 @@
+package loader
+
+const (
+	libcPath     = "/usr/lib/libSystem.B.dylib"
+	errnoSymbol  = "__error"
+	madvDontNeed = 4
+)

@@ -1,0 +1,25 @@
+package heap
+
+import "github.com/ompalloc/ompalloc/loader"
+
+// MapSource maps anonymous memory through libc's mmap: the C heap's own
+// source, never the Go heap.
+type MapSource struct{}
+
+// Acquire maps n zeroed bytes aligned to align.
+func (MapSource) Acquire(n, align uintptr) (uintptr, error) {
+	c, err := loader.C()
+	if err != nil {
+		return 0, err
+	}
+	return c.MapAligned(n, align)
+}
+
+// Release unmaps [p, p+n).
+func (MapSource) Release(p, n uintptr) error {
+	c, err := loader.C()
+	if err != nil {
+		return err
+	}
+	return c.Unmap(p, n)
+}

@@ -1,0 +1,5 @@
+package heap
+
+import "unsafe"
+
+func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
 const (
@@ -130,6 +131,7 @@ type freeList struct {
 // touches it, so the lists need no lock and no atomic instruction. Trim
 // takes the caches away whole (see Trim).
 type pcache struct {
+	guard pcpu.Guard
 	lists [numClasses]freeList
 	_     [64]byte
 }
@@ -193,17 +195,21 @@ func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint
 }
 
 func (h *Heap) allocSlot(c int) (uintptr, error) {
-	pid := procPin()
+	pid := pcpu.Pin()
 	if cs := *h.caches.Load(); pid < len(cs) {
-		l := &cs[pid].lists[c]
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
 		if s := l.head; s != 0 {
 			l.head = link(s)
 			l.n--
-			procUnpin()
+			pc.guard.Unlock()
+			pcpu.Unpin()
 			return s, nil
 		}
+		pc.guard.Unlock()
 	}
-	procUnpin()
+	pcpu.Unpin()
 	return h.refill(c)
 }
 
@@ -227,16 +233,19 @@ func (h *Heap) refill(c int) (uintptr, error) {
 	if n--; n == 0 {
 		return first, nil
 	}
-	pid := procPin()
+	pid := pcpu.Pin()
 	if cs := *h.caches.Load(); pid < len(cs) {
-		l := &cs[pid].lists[c]
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
 		setLink(tail, l.head)
 		l.head = rest
 		l.n += int32(n)
-		procUnpin()
+		pc.guard.Unlock()
+		pcpu.Unpin()
 		return first, nil
 	}
-	procUnpin()
+	pcpu.Unpin()
 	h.mu.Lock()
 	h.returnList(rest)
 	h.mu.Unlock()
@@ -557,14 +566,17 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 }
 
 func (h *Heap) freeSlot(c int, slot uintptr) {
-	pid := procPin()
+	pid := pcpu.Pin()
 	if cs := *h.caches.Load(); pid < len(cs) {
-		l := &cs[pid].lists[c]
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
 		setLink(slot, l.head)
 		l.head = slot
 		l.n++
 		if l.n <= classCap[c] {
-			procUnpin()
+			pc.guard.Unlock()
+			pcpu.Unpin()
 			return
 		}
 		// Over capacity: hand half back to the central lists.
@@ -576,13 +588,14 @@ func (h *Heap) freeSlot(c int, slot uintptr) {
 		l.head = link(tail)
 		l.n -= k
 		setLink(tail, 0)
-		procUnpin()
+		pc.guard.Unlock()
+		pcpu.Unpin()
 		h.mu.Lock()
 		h.returnList(head)
 		h.mu.Unlock()
 		return
 	}
-	procUnpin()
+	pcpu.Unpin()
 	h.mu.Lock()
 	setLink(slot, 0)
 	h.returnList(slot)
@@ -676,9 +689,11 @@ func (h *Heap) Trim() uintptr {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, pc := range old {
+		pc.guard.Lock() // for the race detector; the grace period already made it ours
 		for _, l := range pc.lists {
 			h.returnList(l.head)
 		}
+		pc.guard.Unlock()
 	}
 	before := h.mapped
 	for _, s := range h.huge {

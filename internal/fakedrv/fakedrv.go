@@ -1,6 +1,8 @@
 package fakedrv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,11 +16,14 @@ import (
 // CC is the C compiler used; tests skip when it is not on PATH.
 const CC = "gcc"
 
-var (
-	cacheOnce sync.Once
-	cacheDir  string
-	cacheErr  error
+// flags are gcc's flags for every fake library.
+var flags = []string{"-shared", "-fPIC", "-O1", "-pthread", "-Wall"}
 
+// ErrNoCompiler is wrapped by BuildPath's error when gcc is not installed:
+// a reason to skip, not to fail.
+var ErrNoCompiler = errors.New("C compiler not found")
+
+var (
 	mu     sync.Mutex
 	builds = map[string]*build{}
 )
@@ -29,9 +34,6 @@ type build struct {
 	path string
 	err  error
 }
-
-// errNoCompiler marks a missing C compiler: a reason to skip, not to fail.
-var errNoCompiler = errors.New("C compiler not found")
 
 // Dir returns the directory holding the C sources (this package's testdata),
 // found from this source file so that it works from any package's test.
@@ -57,14 +59,13 @@ func Source(name string) (string, error) {
 }
 
 // Build compiles testdata/<name>.c (for example "fakecuda") into a shared
-// object and returns its path. The library is built once per process, in a
-// per-process temporary directory, whichever test asks first; Build is safe
-// for concurrent use. It skips tb when gcc is missing and fails tb when the
-// compilation fails.
+// object and returns its path. Each process builds a library at most once,
+// whichever test asks first, and Build is safe for concurrent use. It skips
+// tb when gcc is missing and fails tb when the compilation fails.
 func Build(tb testing.TB, name string) string {
 	tb.Helper()
 	p, err := BuildPath(name)
-	if errors.Is(err, errNoCompiler) {
+	if errors.Is(err, ErrNoCompiler) {
 		tb.Skipf("fakedrv: %v: the fake %s driver needs gcc", err, name)
 	}
 	if err != nil {
@@ -74,7 +75,7 @@ func Build(tb testing.TB, name string) string {
 }
 
 // BuildPath is Build for callers without a testing.TB (TestMain): it returns
-// an error instead. errors.Is(err, ErrNoCompiler) tells a missing compiler.
+// an error instead; errors.Is(err, ErrNoCompiler) tells a missing compiler.
 func BuildPath(name string) (string, error) {
 	mu.Lock()
 	b := builds[name]
@@ -87,47 +88,46 @@ func BuildPath(name string) (string, error) {
 	return b.path, b.err
 }
 
-// ErrNoCompiler is wrapped by BuildPath's error when gcc is not installed.
-var ErrNoCompiler = errNoCompiler
-
+// compile builds the library into the OS temp directory under a name that
+// hashes its source and flags: test binaries of several packages running at
+// once share one file, and a changed source gets a new one. The file is
+// written under a temporary name and renamed, so nobody loads half of it.
 func compile(name string) (string, error) {
 	cc, err := exec.LookPath(CC)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %v", errNoCompiler, CC, err)
+		return "", fmt.Errorf("%w: %s: %v", ErrNoCompiler, CC, err)
 	}
 	src, err := Source(name)
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(src); err != nil {
+	code, err := os.ReadFile(src)
+	if err != nil {
 		return "", fmt.Errorf("fake driver source: %w", err)
 	}
-	dir, err := tempDir()
-	if err != nil {
-		return "", err
+	h := sha256.New()
+	h.Write(code)
+	fmt.Fprint(h, flags, runtime.GOOS, runtime.GOARCH)
+	dir := filepath.Join(os.TempDir(), "ompalloc-fakedrv")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("fake driver cache: %w", err)
 	}
-	out := filepath.Join(dir, name+".so")
-	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-Wall", "-o", out, src)
-	if msg, err := cmd.CombinedOutput(); err != nil {
+	out := filepath.Join(dir, fmt.Sprintf("%s-%s.so", name, hex.EncodeToString(h.Sum(nil))[:16]))
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	tmp, err := os.CreateTemp(dir, name+"-*.so.tmp")
+	if err != nil {
+		return "", fmt.Errorf("fake driver cache: %w", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	args := append(append([]string(nil), flags...), "-o", tmp.Name(), src)
+	if msg, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("compiling %s: %v\n%s", src, err, msg)
 	}
-	return out, nil
-}
-
-// Cleanup removes the built libraries. Call it from TestMain after m.Run;
-// without it the directory stays behind in the OS temp dir.
-func Cleanup() {
-	mu.Lock()
-	defer mu.Unlock()
-	if cacheDir != "" {
-		_ = os.RemoveAll(cacheDir)
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return "", fmt.Errorf("fake driver cache: %w", err)
 	}
-}
-
-// tempDir is one directory per process, named after what it holds.
-func tempDir() (string, error) {
-	cacheOnce.Do(func() {
-		cacheDir, cacheErr = os.MkdirTemp("", fmt.Sprintf("fakedrv-%d-", os.Getpid()))
-	})
-	return cacheDir, cacheErr
+	return out, nil
 }

@@ -459,7 +459,7 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 		if zero && !fresh {
 			cmem.Zero(s.base, size)
 		}
-		return s.base, foot, nil
+		return s.base, foot + hdrSize, nil
 	}
 	s, fresh := h.reuseHuge(foot, align)
 	h.mu.Unlock()
@@ -483,7 +483,7 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 	if zero && !fresh {
 		cmem.Zero(s.base, size)
 	}
-	return s.base, s.size, nil
+	return s.base, s.size + hdrSize, nil
 }
 
 // reuseHuge takes a retained region that fits foot bytes without wasting
@@ -614,7 +614,7 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 	case st != spanLarge || p != s.base:
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size}
+	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
 	if ch.huge == nil {
 		h.freeSpan(s)
 		return b, nil
@@ -663,7 +663,7 @@ func Inspect(p uintptr) (Block, error) {
 		if p != s.base {
 			return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 		}
-		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size}, nil
+		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}, nil
 	}
 	return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 }
@@ -736,3 +736,19 @@ func (h *Heap) Stats() Stats {
 
 // Name returns the heap's configured name.
 func (h *Heap) Name() string { return h.cfg.Name }
+
+// Footprint returns the bytes Alloc(size, align) would occupy, so quotas
+// can be charged before allocating: the slot of a small block (header
+// included), or the pages of a large one plus its 16-byte descriptor, which
+// lives in its span rather than before the block. As in libomp, a block's
+// footprint is always more than its size: two 1 MiB blocks do not fit a
+// 2 MiB quota.
+func Footprint(size, align uintptr) uintptr {
+	if align < minAlign {
+		align = minAlign
+	}
+	if c := classFor(max(size, 1)+max(hdrSize, align), align); c >= 0 {
+		return classSize[c]
+	}
+	return roundUp(max(size, 1), pageSize) + hdrSize
+}

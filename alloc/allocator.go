@@ -1,0 +1,318 @@
+package alloc
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Handle is an allocator's number, the omp_allocator_handle_t of omp.h:
+// 1..8 and 100..102 are the predefined allocators, 0 the null allocator,
+// larger numbers allocators made at run time.
+type Handle uintptr
+
+// Predefined allocator handles (omp.h numbering).
+const (
+	NullHandle         Handle = 0
+	DefaultMem         Handle = 1
+	LargeCapMem        Handle = 2
+	ConstMem           Handle = 3
+	HighBwMem          Handle = 4
+	LowLatMem          Handle = 5
+	CgroupMem          Handle = 6
+	PteamMem           Handle = 7
+	ThreadMem          Handle = 8
+	TargetHostMem      Handle = 100
+	TargetSharedMem    Handle = 101
+	TargetDeviceMem    Handle = 102
+	firstRuntimeHandle Handle = 1024
+)
+
+// Interface is what a library that embeds ompalloc needs of an allocator;
+// *Allocator implements it.
+type Interface interface {
+	Alloc(size uintptr) (unsafe.Pointer, error)
+	AlignedAlloc(alignment, size uintptr) (unsafe.Pointer, error)
+	Calloc(nmemb, size uintptr) (unsafe.Pointer, error)
+	Realloc(p unsafe.Pointer, size uintptr) (unsafe.Pointer, error)
+	Free(p unsafe.Pointer) error
+}
+
+var _ Interface = (*Allocator)(nil)
+
+// Allocator allocates memory with fixed traits from a memory space. It is
+// safe for concurrent use.
+type Allocator struct {
+	handle Handle
+	ms     memspace.ID
+	traits traits.Set
+	name   string
+
+	// backend: a heap for host memory (plain or pinned), or a device for
+	// target memory spaces.
+	heap   *heap.Heap
+	target *targetBackend
+
+	fb *Allocator // where a failed allocation goes next; nil = nowhere
+
+	align     uintptr // max(trait, 16)
+	poolUsed  atomic.Int64
+	shards    shards
+	peak      atomic.Int64
+	destroyed atomic.Bool
+}
+
+// Handle returns the allocator's omp.h handle.
+func (a *Allocator) Handle() Handle { return a.handle }
+
+// Memspace returns the memory space the allocator draws from.
+func (a *Allocator) Memspace() memspace.ID { return a.ms }
+
+// Traits returns the allocator's resolved traits.
+func (a *Allocator) Traits() traits.Set { return a.traits }
+
+// String names the allocator: "omp_default_mem_alloc" or
+// "allocator#1025(omp_default_mem_space, pinned)".
+func (a *Allocator) String() string { return a.name }
+
+// The handle table maps handles (and the owner ids in block headers, which
+// are the same numbers) to allocators. Readers index it without locking.
+var (
+	tableMu  sync.Mutex
+	table    atomic.Pointer[[]*Allocator]
+	freeIDs  []Handle
+	nextID   = firstRuntimeHandle
+	initOnce sync.Once
+)
+
+// Lookup returns the live allocator with handle h. The null handle resolves
+// to the default allocator.
+func Lookup(h Handle) (*Allocator, bool) {
+	initOnce.Do(initPredefined)
+	if h == NullHandle {
+		return Default(), true
+	}
+	t := *table.Load()
+	if uintptr(h) >= uintptr(len(t)) {
+		return nil, false
+	}
+	a := t[h]
+	if a == nil || a.destroyed.Load() {
+		return nil, false
+	}
+	return a, true
+}
+
+func owner(id uint32) *Allocator {
+	t := *table.Load()
+	if int(id) < len(t) {
+		return t[id]
+	}
+	return nil
+}
+
+// install puts a in the table under h. tableMu held.
+func install(h Handle, a *Allocator) {
+	old := *table.Load()
+	t := old
+	if int(h) >= len(t) {
+		t = make([]*Allocator, max(int(h)+1, 2*len(old)))
+		copy(t, old)
+	}
+	t[h] = a
+	table.Store(&t)
+}
+
+func initPredefined() {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	t := make([]*Allocator, firstRuntimeHandle+64)
+	table.Store(&t)
+	for _, h := range traits.PredefinedAllocators() {
+		ms, _ := traits.AllocatorMemspace(h)
+		set := traits.Defaults()
+		switch Handle(h) {
+		case CgroupMem:
+			set.Access = traits.Cgroup
+		case PteamMem:
+			set.Access = traits.Pteam
+		case ThreadMem:
+			set.Access = traits.Thread
+		}
+		// Predefined allocators return nil when memory runs out, except
+		// that the specialised ones retry on default memory.
+		if Handle(h) == DefaultMem || ms.IsTarget() {
+			set.Fallback = traits.NullFb
+		}
+		a, err := build(Handle(h), ms, set)
+		if err != nil {
+			panic(fmt.Sprintf("ompalloc: predefined allocator %d: %v", h, err)) // a bug, not input
+		}
+		a.name = traits.AllocatorName(h)
+		install(Handle(h), a)
+	}
+	def := (*table.Load())[DefaultMem]
+	for _, a := range *table.Load() {
+		if a != nil && a != def && a.traits.Fallback == traits.DefaultMemFb {
+			a.fb = def
+		}
+	}
+}
+
+// build makes an allocator with validated traits; it is not yet in the table.
+func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
+	a := &Allocator{handle: h, ms: ms, traits: set, align: max(set.Alignment, 16)}
+	a.shards.init()
+	switch {
+	case ms.IsTarget():
+		tb, err := newTargetBackend(ms, set)
+		if err != nil {
+			return nil, err
+		}
+		a.target = tb
+	case set.Pinned:
+		dev, err := pinDevice(set)
+		if err != nil {
+			return nil, err
+		}
+		a.heap = pinnedHeap(dev)
+	default:
+		a.heap = hostHeap()
+	}
+	a.name = fmt.Sprintf("allocator#%d(%v%s)", h, ms, pinnedSuffix(set.Pinned))
+	return a, nil
+}
+
+func pinnedSuffix(p bool) string {
+	if p {
+		return ", pinned"
+	}
+	return ""
+}
+
+var (
+	hostOnce sync.Once
+	hostH    *heap.Heap
+)
+
+// hostHeap is the heap every unpinned host allocator shares: blocks of any
+// allocator can sit side by side; the header's owner tells them apart.
+func hostHeap() *heap.Heap {
+	hostOnce.Do(func() { hostH = heap.New(heap.MapSource{}, heap.Config{Name: "host", KeepChunks: 1}) })
+	return hostH
+}
+
+// New makes an allocator on memory space ms with the given options.
+func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	ts := c.traits
+	if c.fbAlloc != nil {
+		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.handle)})
+	}
+	return NewFromTraits(ms, ts)
+}
+
+// NewFromTraits makes an allocator from an omp_alloctrait_t list, as
+// omp_init_allocator does. Errors name the bad trait.
+func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
+	initOnce.Do(initPredefined)
+	if ms == memspace.Null || !ms.Valid() {
+		return nil, fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
+	}
+	set, err := traits.FromList(ts)
+	if err != nil {
+		return nil, err
+	}
+	var fb *Allocator
+	switch set.Fallback {
+	case traits.DefaultMemFb:
+		fb, _ = Lookup(DefaultMem)
+	case traits.AllocatorFb:
+		var ok bool
+		if fb, ok = Lookup(Handle(set.FbData)); !ok || set.FbData == 0 {
+			return nil, &traits.TraitError{Key: traits.FbData, Value: set.FbData, HasValue: true, Reason: "not a live allocator"}
+		}
+	}
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	h := nextID
+	if n := len(freeIDs); n > 0 {
+		h, freeIDs = freeIDs[n-1], freeIDs[:n-1]
+	} else {
+		nextID++
+	}
+	// No check for cycles is needed: a fallback is bound, at creation, to
+	// an allocator that already exists, so chains only point backwards in
+	// time; a destroyed link ends the chain, and a reused handle is a new
+	// allocator that no old chain points at.
+	a, err := build(h, ms, set)
+	if err != nil {
+		freeIDs = append(freeIDs, h)
+		return nil, err
+	}
+	a.fb = fb
+	install(h, a)
+	return a, nil
+}
+
+// Destroy releases the allocator (omp_destroy_allocator). Predefined
+// allocators cannot be destroyed. Blocks still allocated stay valid until
+// freed; the error (ErrLiveBlocks) says how many there were.
+func (a *Allocator) Destroy() error {
+	if a.handle < firstRuntimeHandle {
+		return fmt.Errorf("%w: %v is predefined and cannot be destroyed", ErrInvalidArgument, a)
+	}
+	if !a.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: %v", ErrDestroyed, a)
+	}
+	if a.traits.Pinned && a.heap != nil {
+		a.heap.Trim()
+	}
+	if n := a.shards.live(); n > 0 {
+		return fmt.Errorf("%w: %v: %d blocks (%d bytes) still allocated", ErrLiveBlocks, a, n, a.Stats().BytesLive)
+	}
+	a.release()
+	return nil
+}
+
+// release frees the handle for reuse once a destroyed allocator has no live
+// blocks.
+func (a *Allocator) release() {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	t := *table.Load()
+	if int(a.handle) < len(t) && t[a.handle] == a {
+		t[a.handle] = nil
+		freeIDs = append(freeIDs, a.handle)
+	}
+}
+
+var defaultAlloc atomic.Pointer[Allocator]
+
+// Default returns the process-wide default allocator: omp_default_mem_alloc
+// unless OMP_ALLOCATOR or SetDefault chose another. OpenMP keeps one per
+// thread; Go has no threads to hang it on, so here it is per process.
+func Default() *Allocator {
+	if a := defaultAlloc.Load(); a != nil {
+		return a
+	}
+	envOnce.Do(applyEnv)
+	return defaultAlloc.Load()
+}
+
+// SetDefault makes a the default allocator; nil restores omp_default_mem_alloc.
+func SetDefault(a *Allocator) {
+	envOnce.Do(applyEnv)
+	if a == nil {
+		a, _ = Lookup(DefaultMem)
+	}
+	defaultAlloc.Store(a)
+}

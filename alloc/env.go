@@ -1,0 +1,53 @@
+package alloc
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+var (
+	envOnce sync.Once
+	// warnOut receives the runtime's warnings (tests capture it).
+	warnOut io.Writer = os.Stderr
+)
+
+// applyEnv reads OMP_ALLOCATOR once, at first use, and sets the default
+// allocator. Invalid values give one warning and leave
+// omp_default_mem_alloc as the default.
+func applyEnv() {
+	def, _ := Lookup(DefaultMem)
+	defaultAlloc.Store(def)
+	v, ok := os.LookupEnv(traits.EnvVar)
+	if !ok || v == "" {
+		return
+	}
+	a, err := fromEnv(v)
+	if err != nil {
+		fmt.Fprintf(warnOut, "ompalloc: warning: %v; using omp_default_mem_alloc\n", err)
+		return
+	}
+	defaultAlloc.Store(a)
+}
+
+func fromEnv(v string) (*Allocator, error) {
+	spec, err := traits.ParseEnv(v)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Allocator != 0 {
+		a, ok := Lookup(Handle(spec.Allocator))
+		if !ok {
+			return nil, fmt.Errorf("%s=%q: allocator %d is not available", traits.EnvVar, v, spec.Allocator)
+		}
+		return a, nil
+	}
+	a, err := NewFromTraits(spec.Memspace, spec.Traits)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", traits.EnvVar, v, err)
+	}
+	return a, nil
+}

@@ -1,0 +1,230 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Alloc returns size bytes aligned to the allocator's alignment (at least
+// 16). Size 0 returns nil and no error, as omp_alloc does.
+func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) { return a.alloc(size, 0, false) }
+
+// AlignedAlloc is Alloc with at least the given alignment (a power of two).
+func (a *Allocator) AlignedAlloc(alignment, size uintptr) (unsafe.Pointer, error) {
+	if err := checkAlign(alignment); err != nil {
+		return nil, err
+	}
+	return a.alloc(size, alignment, false)
+}
+
+// Calloc returns nmemb*size zeroed bytes; 0 for either gives nil, and an
+// overflowing product gives ErrOverflow.
+func (a *Allocator) Calloc(nmemb, size uintptr) (unsafe.Pointer, error) {
+	return a.AlignedCalloc(0, nmemb, size)
+}
+
+// AlignedCalloc is Calloc with at least the given alignment (0: the
+// allocator's own).
+func (a *Allocator) AlignedCalloc(alignment, nmemb, size uintptr) (unsafe.Pointer, error) {
+	if alignment != 0 {
+		if err := checkAlign(alignment); err != nil {
+			return nil, err
+		}
+	}
+	if nmemb == 0 || size == 0 {
+		return nil, nil
+	}
+	hi, n := bits.Mul64(uint64(nmemb), uint64(size))
+	if hi != 0 || uint64(uintptr(n)) != n {
+		return nil, fmt.Errorf("%w: %d elements of %d bytes", ErrOverflow, nmemb, size)
+	}
+	return a.alloc(uintptr(n), alignment, true)
+}
+
+// Realloc resizes the block at p into this allocator, as
+// omp_realloc(p, size, a, omp_null_allocator) does.
+func (a *Allocator) Realloc(p unsafe.Pointer, size uintptr) (unsafe.Pointer, error) {
+	return Realloc(p, size, a)
+}
+
+// Free releases p, whichever allocator it came from.
+func (a *Allocator) Free(p unsafe.Pointer) error { return Free(p) }
+
+func checkAlign(al uintptr) error {
+	if al == 0 || al&(al-1) != 0 {
+		return fmt.Errorf("%w: alignment %d is not a power of two", ErrInvalidArgument, al)
+	}
+	return nil
+}
+
+func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	if a.destroyed.Load() {
+		return nil, fmt.Errorf("%w: %v", ErrDestroyed, a)
+	}
+	p, err := a.try(size, align, zero)
+	if err == nil {
+		return p, nil
+	}
+	return a.fallback(size, align, zero, err, 0)
+}
+
+// try allocates from the allocator's own memory, without fallback.
+func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) {
+	al := max(a.align, align)
+	if a.target != nil {
+		return a.target.alloc(a, size, al, zero)
+	}
+	var foot int64
+	if a.traits.PoolSize > 0 {
+		foot = int64(heap.Footprint(size, al))
+		if used := a.poolUsed.Add(foot); used > int64(a.traits.PoolSize) {
+			a.poolUsed.Add(-foot)
+			return nil, fmt.Errorf("%w: %v: %d bytes (%d with overhead) do not fit, %d of %d in use",
+				ErrPoolExhausted, a, size, foot, used-foot, a.traits.PoolSize)
+		}
+	}
+	p, f, err := a.heap.Alloc(size, al, uint32(a.handle), zero)
+	if err != nil {
+		a.poolUsed.Add(-foot)
+		return nil, fmt.Errorf("%v: %w", a, err)
+	}
+	if foot > 0 && int64(f) != foot { // a reused huge region may be a little larger
+		a.poolUsed.Add(int64(f) - foot)
+	}
+	a.count(int64(size), int64(f))
+	return cmem.Ptr(p), nil
+}
+
+// fallback applies the fallback trait after cause made try fail.
+func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth int) (unsafe.Pointer, error) {
+	switch a.traits.Fallback {
+	case traits.AbortFb:
+		panic(fmt.Sprintf("ompalloc: %v: abort_fb: allocation of %d bytes failed: %v", a, size, cause))
+	case traits.DefaultMemFb, traits.AllocatorFb:
+		fb := a.fb
+		if fb == nil || fb.destroyed.Load() || depth > 64 {
+			return nil, cause
+		}
+		a.fallbackTaken()
+		p, err := fb.try(size, align, zero)
+		if err == nil {
+			return p, nil
+		}
+		return fb.fallback(size, align, zero, err, depth+1)
+	}
+	return nil, cause // null_fb
+}
+
+// Free releases p, whichever allocator it came from (omp_free: the handle
+// passed there does not matter). nil is a no-op. A pointer this runtime did
+// not return, or one already freed, is an error and changes nothing.
+func Free(p unsafe.Pointer) error {
+	if p == nil {
+		return nil
+	}
+	b, err := heap.Free(uintptr(p))
+	if err != nil {
+		if errors.Is(err, heap.ErrForeign) {
+			if ok, terr := freeTarget(p); ok {
+				return terr
+			}
+		}
+		if errors.Is(err, heap.ErrDoubleFree) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+	}
+	a := owner(b.Owner)
+	if a == nil {
+		return nil // cannot happen: owners outlive their blocks
+	}
+	a.count(-int64(b.Size), -int64(b.Footprint))
+	if a.traits.PoolSize > 0 {
+		a.poolUsed.Add(-int64(b.Footprint))
+	}
+	if a.destroyed.Load() && a.shards.live() == 0 {
+		a.release()
+	}
+	return nil
+}
+
+// Realloc moves the block at p into a block of size bytes from a (the
+// block's own allocator when a is nil), copying min(old, new) bytes, and
+// frees p. p nil allocates; size 0 frees and returns nil. On failure p is
+// untouched and still valid.
+func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, error) {
+	if p == nil {
+		if a == nil {
+			a = Default()
+		}
+		return a.Alloc(size)
+	}
+	if size == 0 {
+		return nil, Free(p)
+	}
+	b, err := heap.Inspect(uintptr(p))
+	if err != nil {
+		if errors.Is(err, heap.ErrForeign) && isTarget(p) {
+			return nil, fmt.Errorf("%w: realloc of target memory %p", ErrNotSupported, p)
+		}
+		if errors.Is(err, heap.ErrDoubleFree) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+	}
+	if a == nil {
+		if a = owner(b.Owner); a == nil || a.destroyed.Load() {
+			a = Default()
+		}
+	}
+	np, err := a.alloc(size, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	if np == nil { // a target allocator handed back nothing
+		return nil, fmt.Errorf("%w: realloc into %v", ErrNotSupported, a)
+	}
+	cmem.Copy(uintptr(np), uintptr(p), min(b.Size, size))
+	if err := Free(p); err != nil {
+		return np, err
+	}
+	return np, nil
+}
+
+// BlockSize returns the requested size of the live block at p.
+func BlockSize(p unsafe.Pointer) (uintptr, error) {
+	b, err := heap.Inspect(uintptr(p))
+	if err != nil {
+		return 0, err
+	}
+	return b.Size, nil
+}
+
+// Owner returns the allocator of the live block at p.
+func Owner(p unsafe.Pointer) (*Allocator, error) {
+	b, err := heap.Inspect(uintptr(p))
+	if err != nil {
+		if errors.Is(err, heap.ErrForeign) {
+			if a, ok := targetOwner(p); ok {
+				return a, nil
+			}
+		}
+		return nil, err
+	}
+	return owner(b.Owner), nil
+}
+
+// Trim returns cached free memory of every host heap to the system.
+func Trim() {
+	hostHeap().Trim()
+	trimPinned()
+}

@@ -1,0 +1,1217 @@
+/*
+ * fakecuda.c — a fake NVIDIA driver (libcuda.so.1) for tests without a GPU.
+ *
+ * It exports the driver-API symbols ompalloc binds, with the REAL ABI: CUresult
+ * is int, CUdevice int, CUdeviceptr unsigned long long, contexts, streams and
+ * events opaque pointers, the real _v2 symbol names and the real error codes.
+ * The pre-_v2 names of functions that have a _v2 are exported as stubs that
+ * fail with CUDA_ERROR_NOT_SUPPORTED, so binding the wrong version shows.
+ *
+ * What it simulates
+ *   - Devices: FAKECUDA_DEVICES (default 2) devices named "Fake CUDA Device N",
+ *     FAKECUDA_MEM_MB MiB each (default 16384), compute capability
+ *     FAKECUDA_CC (default "9.0"). FAKECUDA_DEVICES=0: cuInit returns
+ *     CUDA_ERROR_NO_DEVICE and every later call CUDA_ERROR_NOT_INITIALIZED.
+ *     cuDriverGetVersion gives FAKECUDA_VERSION (default 12020).
+ *   - Contexts: one primary context per device (retain/release counted); the
+ *     current context is per OS thread, as in the driver. Memory, copy,
+ *     stream and event creation calls without a current, retained context
+ *     return CUDA_ERROR_INVALID_CONTEXT: a caller that forgets to make its
+ *     context current on the calling thread fails here.
+ *   - Device memory (cuMemAlloc_v2) is malloc-backed, but its addresses are
+ *     fake: 0x0080000000000000 + (device << 48) + offset, which are not
+ *     canonical addresses, so a host dereference of a device pointer faults.
+ *   - Host memory the devices can reach (cuMemAllocHost_v2, cuMemHostAlloc,
+ *     cuMemHostRegister_v2) has device address host + 0x0040000000000000 (also
+ *     not canonical); copies also accept the host address itself, as unified
+ *     addressing does. Managed memory (cuMemAllocManaged) is host memory whose
+ *     device address is the host address.
+ *   - Registrations are process-wide, as in the driver: registering a range
+ *     that overlaps a registered or driver-allocated pinned range returns
+ *     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712); unregistering an address
+ *     that does not start a registration returns
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED (713). A registration never touches
+ *     the memory (a PROT_NONE reservation can be registered). One call may
+ *     register at most FAKECUDA_MAX_REGISTER_GB GiB (default 64); more fails
+ *     with CUDA_ERROR_OUT_OF_MEMORY, like the failures reported for very large
+ *     registrations on real hosts.
+ *   - cuPointerGetAttribute answers CONTEXT, MEMORY_TYPE, DEVICE_POINTER,
+ *     HOST_POINTER, DEVICE_ORDINAL, RANGE_START_ADDR and RANGE_SIZE (other
+ *     attributes: CUDA_ERROR_NOT_SUPPORTED); an unknown pointer gives
+ *     CUDA_ERROR_INVALID_VALUE. cuMemHostGetFlags answers for driver-allocated
+ *     pinned memory only, as documented.
+ *   - Streams: each has a worker thread that performs its async copies LATE:
+ *     it sleeps FAKECUDA_COPY_DELAY_US microseconds (default 200) before each
+ *     copy and reads the source only then, so a host buffer reused before the
+ *     copy ran is caught. cuStreamQuery gives CUDA_ERROR_NOT_READY while work
+ *     is pending. Synchronous copies wait for the blocking (flags 0) streams
+ *     of their context, as the legacy default stream does; copies "on" the
+ *     NULL stream run at once. Events complete when the worker reaches them.
+ *
+ * Error injection (read at every call, so it may change while a process runs;
+ * a changed value restarts the counts):
+ *   FAKECUDA_FAIL=name[:N][=CODE][,name[:N][=CODE]...]
+ *     name  the API name, with or without _v2 (cuMemHostRegister)
+ *     N     fail only the Nth call counted from when the value was read
+ *           (1 = the first); 0 or absent = fail every call
+ *     CODE  the CUresult returned (decimal; default 999 CUDA_ERROR_UNKNOWN)
+ *   e.g. FAKECUDA_FAIL=cuMemHostRegister:3=2,cuInit=100
+ *
+ * Test hooks (not in the real driver):
+ *   long fakecuda_calls(const char *name)  calls of name so far (without _v2)
+ *   int  fakecuda_live(int kind)           live regions of a kind: 0 device,
+ *                                          1 managed, 2 host-alloc, 3 registered,
+ *                                          4 streams
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define API __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct fake_ctx *CUcontext;
+typedef struct fake_stream *CUstream;
+typedef struct fake_event *CUevent;
+
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_DEINITIALIZED = 4,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+	CUDA_ERROR_NOT_PERMITTED = 800,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_UNKNOWN = 999,
+};
+
+static const struct {
+	int code;
+	const char *name, *text;
+} errors[] = {
+	{0, "CUDA_SUCCESS", "no error"},
+	{1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+	{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	{600, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+	{713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+	{800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	{801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+#define MAP_OFFSET 0x0040000000000000ULL /* host address -> device address */
+#define DEV_BASE 0x0080000000000000ULL   /* device memory, + (dev << 48) */
+#define MAX_DEVICES 32
+
+enum { K_DEVICE, K_MANAGED, K_HOSTALLOC, K_REGISTERED, K_NKINDS };
+
+struct region {
+	int kind, dev;
+	unsigned flags;
+	uintptr_t host;   /* host address (backing store for K_DEVICE) */
+	CUdeviceptr dptr; /* device address */
+	size_t size;
+	struct region *next;
+};
+
+struct fake_ctx {
+	int dev, refs;
+};
+
+struct op {
+	void *dst;
+	const void *src;
+	size_t n;
+	struct fake_event *ev; /* non-NULL: an event record, not a copy */
+	unsigned long long seq;
+	struct op *next;
+};
+
+struct fake_stream {
+	struct fake_ctx *ctx;
+	unsigned flags;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct op *head, *tail;
+	int busy, quit;
+	pthread_t th;
+	struct fake_stream *next;
+};
+
+struct fake_event {
+	unsigned long long recorded, done;
+	int refs; /* the handle plus each pending record */
+	struct fake_event *next;
+};
+
+/* g_mu guards everything below except what a stream's own mu guards. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_init, g_ndev;
+static size_t g_mem;
+static int g_ccmaj = 9, g_ccmin = 0;
+static struct fake_ctx g_ctx[MAX_DEVICES];
+static size_t g_used[MAX_DEVICES];
+static CUdeviceptr g_next[MAX_DEVICES];
+static struct region *g_regions;
+static struct fake_stream *g_streams;
+static struct fake_event *g_events;
+static __thread struct fake_ctx *t_cur;
+
+/* Events have their own lock: workers complete them without g_mu. */
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+
+/* ---- call counting and error injection ---- */
+
+#define MAX_NAMES 96
+static struct {
+	char name[48];
+	long calls;
+} g_count[MAX_NAMES];
+static int g_ncount;
+
+#define MAX_FAIL 16
+static char *g_fail_spec;
+static struct {
+	char name[48];
+	long nth, seen;
+	int code;
+} g_fail[MAX_FAIL];
+static int g_nfail;
+
+static void base_name(char *dst, size_t cap, const char *src, size_t n) {
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(dst, src, n);
+	dst[n] = 0;
+	size_t l = strlen(dst);
+	if (l > 3 && strcmp(dst + l - 3, "_v2") == 0)
+		dst[l - 3] = 0;
+}
+
+static void parse_fail(const char *spec) {
+	free(g_fail_spec);
+	g_fail_spec = spec ? strdup(spec) : NULL;
+	g_nfail = 0;
+	if (!spec)
+		return;
+	const char *p = spec;
+	while (*p && g_nfail < MAX_FAIL) {
+		const char *end = strchr(p, ',');
+		if (!end)
+			end = p + strlen(p);
+		size_t len = strcspn(p, ":=,");
+		if (p + len > end)
+			len = end - p;
+		if (len > 0) {
+			base_name(g_fail[g_nfail].name, sizeof g_fail[0].name, p, len);
+			g_fail[g_nfail].nth = 0;
+			g_fail[g_nfail].seen = 0;
+			g_fail[g_nfail].code = CUDA_ERROR_UNKNOWN;
+			const char *q = p + len;
+			if (q < end && *q == ':') {
+				g_fail[g_nfail].nth = strtol(q + 1, (char **)&q, 10);
+			}
+			if (q < end && *q == '=') {
+				g_fail[g_nfail].code = (int)strtol(q + 1, (char **)&q, 10);
+			}
+			g_nfail++;
+		}
+		p = *end ? end + 1 : end;
+	}
+}
+
+/* enter counts a call of name and returns the injected error, if any. */
+static CUresult enter(const char *name) {
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	int i;
+	for (i = 0; i < g_ncount; i++)
+		if (strcmp(g_count[i].name, name) == 0)
+			break;
+	if (i == g_ncount && g_ncount < MAX_NAMES) {
+		snprintf(g_count[i].name, sizeof g_count[i].name, "%s", name);
+		g_ncount++;
+	}
+	if (i < MAX_NAMES)
+		g_count[i].calls++;
+	const char *spec = getenv("FAKECUDA_FAIL");
+	if ((spec == NULL) != (g_fail_spec == NULL) || (spec && strcmp(spec, g_fail_spec) != 0))
+		parse_fail(spec);
+	for (int j = 0; j < g_nfail; j++) {
+		if (strcmp(g_fail[j].name, name) != 0)
+			continue;
+		g_fail[j].seen++;
+		if (g_fail[j].nth == 0 || g_fail[j].seen == g_fail[j].nth)
+			r = g_fail[j].code;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+#define ENTER(name)                          \
+	do {                                     \
+		CUresult e_ = enter(name);           \
+		if (e_ != CUDA_SUCCESS)              \
+			return e_;                       \
+	} while (0)
+
+API long fakecuda_calls(const char *name) {
+	char b[48];
+	base_name(b, sizeof b, name, strlen(name));
+	long n = 0;
+	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < g_ncount; i++)
+		if (strcmp(g_count[i].name, b) == 0)
+			n = g_count[i].calls;
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+API int fakecuda_live(int kind) {
+	int n = 0;
+	pthread_mutex_lock(&g_mu);
+	if (kind == K_NKINDS) {
+		for (struct fake_stream *s = g_streams; s; s = s->next)
+			n++;
+	} else {
+		for (struct region *r = g_regions; r; r = r->next)
+			if (r->kind == kind)
+				n++;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+/* ---- helpers ---- */
+
+static long env_long(const char *name, long def) {
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return def;
+	char *end;
+	long x = strtol(v, &end, 10);
+	return *end ? def : x;
+}
+
+/* ready: initialised (call with g_mu held or not; g_init only grows). */
+static CUresult ready(void) { return g_init ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
+
+static CUresult need_ctx(void) {
+	if (!g_init)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!t_cur || t_cur->refs <= 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+static int valid_dev(CUdevice d) { return d >= 0 && d < g_ndev; }
+
+static int is_pinned_host(const struct region *r) { return r->kind == K_HOSTALLOC || r->kind == K_REGISTERED; }
+
+/* find_host: the pinned host region (or managed) holding host address p. */
+static struct region *find_host(uintptr_t p) {
+	for (struct region *r = g_regions; r; r = r->next)
+		if ((is_pinned_host(r) || r->kind == K_MANAGED) && p >= r->host && p - r->host < r->size)
+			return r;
+	return NULL;
+}
+
+/* find_dev: the region whose device range holds device address d. */
+static struct region *find_dev(CUdeviceptr d) {
+	for (struct region *r = g_regions; r; r = r->next)
+		if (d >= r->dptr && d - r->dptr < r->size)
+			return r;
+	return NULL;
+}
+
+/* resolve maps [d, d+n) in the device's view to host-visible memory. Unified
+   addressing: a host address of pinned or managed memory is accepted too. */
+static CUresult resolve(CUdeviceptr d, size_t n, void **out) {
+	struct region *r = find_dev(d);
+	if (r) {
+		if (n > r->size - (d - r->dptr))
+			return CUDA_ERROR_INVALID_VALUE;
+		*out = (void *)(r->host + (uintptr_t)(d - r->dptr));
+		return CUDA_SUCCESS;
+	}
+	r = find_host((uintptr_t)d);
+	if (r) {
+		if (n > r->size - ((uintptr_t)d - r->host))
+			return CUDA_ERROR_INVALID_VALUE;
+		*out = (void *)(uintptr_t)d;
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static struct region *add_region(int kind, int dev, unsigned flags, uintptr_t host, CUdeviceptr dptr, size_t size) {
+	struct region *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->kind = kind;
+	r->dev = dev;
+	r->flags = flags;
+	r->host = host;
+	r->dptr = dptr;
+	r->size = size;
+	r->next = g_regions;
+	g_regions = r;
+	return r;
+}
+
+static void remove_region(struct region *x) {
+	for (struct region **pp = &g_regions; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			free(x);
+			return;
+		}
+}
+
+static void *host_alloc(size_t n) {
+	void *p = NULL;
+	if (posix_memalign(&p, 4096, n ? n : 1) != 0)
+		return NULL;
+	memset(p, 0, n);
+	return p;
+}
+
+static void sleep_us(long us) {
+	if (us <= 0)
+		return;
+	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+/* ---- initialisation, version, errors ---- */
+
+API CUresult cuInit(unsigned int flags) {
+	ENTER("cuInit");
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g_mu);
+	CUresult r = CUDA_SUCCESS;
+	if (!g_init) {
+		long n = env_long("FAKECUDA_DEVICES", 2);
+		if (n <= 0) {
+			r = CUDA_ERROR_NO_DEVICE;
+		} else {
+			g_ndev = n > MAX_DEVICES ? MAX_DEVICES : (int)n;
+			g_mem = (size_t)env_long("FAKECUDA_MEM_MB", 16384) << 20;
+			const char *cc = getenv("FAKECUDA_CC");
+			if (cc && sscanf(cc, "%d.%d", &g_ccmaj, &g_ccmin) != 2)
+				g_ccmaj = 9, g_ccmin = 0;
+			for (int i = 0; i < g_ndev; i++) {
+				g_ctx[i].dev = i;
+				g_next[i] = DEV_BASE + ((CUdeviceptr)i << 48) + 0x100000;
+			}
+			g_init = 1;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuDriverGetVersion(int *v) {
+	ENTER("cuDriverGetVersion");
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = (int)env_long("FAKECUDA_VERSION", 12020);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuGetErrorName(CUresult e, const char **s) {
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+		if (errors[i].code == e) {
+			*s = errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	*s = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuGetErrorString(CUresult e, const char **s) {
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+		if (errors[i].code == e) {
+			*s = errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	*s = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- devices ---- */
+
+API CUresult cuDeviceGetCount(int *n) {
+	ENTER("cuDeviceGetCount");
+	if (!n)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	*n = g_ndev;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+	ENTER("cuDeviceGet");
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(ordinal))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = ordinal;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+	ENTER("cuDeviceGetName");
+	if (!name || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	snprintf(name, (size_t)len, "Fake CUDA Device %d", d);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+	ENTER("cuDeviceTotalMem");
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = g_mem;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+	ENTER("cuDeviceGetAttribute");
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	switch (attr) {
+	case 16: /* MULTIPROCESSOR_COUNT */
+		*v = 132;
+		return CUDA_SUCCESS;
+	case 19: /* CAN_MAP_HOST_MEMORY */
+	case 41: /* UNIFIED_ADDRESSING */
+	case 83: /* MANAGED_MEMORY */
+		*v = 1;
+		return CUDA_SUCCESS;
+	case 75: /* COMPUTE_CAPABILITY_MAJOR */
+		*v = g_ccmaj;
+		return CUDA_SUCCESS;
+	case 76: /* COMPUTE_CAPABILITY_MINOR */
+		*v = g_ccmin;
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- contexts ---- */
+
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+	ENTER("cuDevicePrimaryCtxRetain");
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&g_mu);
+	g_ctx[d].refs++;
+	*c = &g_ctx[d];
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+	ENTER("cuDevicePrimaryCtxRelease");
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	if (g_ctx[d].refs <= 0)
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	else
+		g_ctx[d].refs--;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuCtxSetCurrent(CUcontext c) {
+	ENTER("cuCtxSetCurrent");
+	if (ready())
+		return ready();
+	if (c && (c < &g_ctx[0] || c >= &g_ctx[g_ndev]))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	t_cur = c;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetCurrent(CUcontext *c) {
+	ENTER("cuCtxGetCurrent");
+	if (!c)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	*c = t_cur;
+	return CUDA_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *d, size_t n) {
+	ENTER("cuMemAlloc");
+	if (!d || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	int dev = t_cur->dev;
+	pthread_mutex_lock(&g_mu);
+	if (n > g_mem - g_used[dev]) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	void *back = malloc(n);
+	if (!back) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memset(back, 0xA5, n); /* device memory starts with garbage, not zeroes */
+	CUdeviceptr p = g_next[dev];
+	g_next[dev] += (n + 0xFFF) & ~(CUdeviceptr)0xFFF; /* addresses are never reused */
+	if (!add_region(K_DEVICE, dev, 0, (uintptr_t)back, p, n)) {
+		free(back);
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	g_used[dev] += n;
+	*d = p;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAllocManaged(CUdeviceptr *d, size_t n, unsigned int flags) {
+	ENTER("cuMemAllocManaged");
+	if (!d || n == 0 || (flags != 1 && flags != 2))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	void *p = host_alloc(n);
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g_mu);
+	if (!add_region(K_MANAGED, t_cur->dev, flags, (uintptr_t)p, (uintptr_t)p, n)) {
+		pthread_mutex_unlock(&g_mu);
+		free(p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*d = (uintptr_t)p;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFree_v2(CUdeviceptr d) {
+	ENTER("cuMemFree");
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_dev(d);
+	if (!x || x->dptr != d || (x->kind != K_DEVICE && x->kind != K_MANAGED)) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (x->kind == K_DEVICE)
+		g_used[x->dev] -= x->size;
+	free((void *)x->host);
+	remove_region(x);
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+/* overlaps_pinned: some pinned host region intersects [p, p+n). */
+static int overlaps_pinned(uintptr_t p, size_t n) {
+	for (struct region *r = g_regions; r; r = r->next)
+		if (is_pinned_host(r) && p < r->host + r->size && r->host < p + n)
+			return 1;
+	return 0;
+}
+
+static CUresult host_alloc_flags(void **pp, size_t n, unsigned flags) {
+	if (!pp || n == 0 || (flags & ~7u))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	void *p = host_alloc(n);
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g_mu);
+	if (!add_region(K_HOSTALLOC, t_cur->dev, flags, (uintptr_t)p, (uintptr_t)p + MAP_OFFSET, n)) {
+		pthread_mutex_unlock(&g_mu);
+		free(p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&g_mu);
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAllocHost_v2(void **pp, size_t n) {
+	ENTER("cuMemAllocHost");
+	return host_alloc_flags(pp, n, 0);
+}
+
+API CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
+	ENTER("cuMemHostAlloc");
+	return host_alloc_flags(pp, n, flags);
+}
+
+API CUresult cuMemFreeHost(void *p) {
+	ENTER("cuMemFreeHost");
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_host((uintptr_t)p);
+	if (!x || x->kind != K_HOSTALLOC || x->host != (uintptr_t)p) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	free(p);
+	remove_region(x);
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
+	ENTER("cuMemHostRegister");
+	if (!p || n == 0 || (flags & ~0xFu))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	if (n > ((size_t)env_long("FAKECUDA_MAX_REGISTER_GB", 64) << 30))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g_mu);
+	if (overlaps_pinned((uintptr_t)p, n)) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	}
+	if (!add_region(K_REGISTERED, t_cur->dev, flags, (uintptr_t)p, (uintptr_t)p + MAP_OFFSET, n))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemHostUnregister(void *p) {
+	ENTER("cuMemHostUnregister");
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_host((uintptr_t)p);
+	if (!x || x->kind != K_REGISTERED || x->host != (uintptr_t)p)
+		r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	else
+		remove_region(x);
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags) {
+	ENTER("cuMemHostGetDevicePointer");
+	if (!d || !p || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_host((uintptr_t)p);
+	if (!x || !is_pinned_host(x))
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		*d = (uintptr_t)p + MAP_OFFSET;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
+	ENTER("cuMemHostGetFlags");
+	if (!flags || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_host((uintptr_t)p);
+	if (!x || x->kind != K_HOSTALLOC)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else
+		*flags = x->flags;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
+	ENTER("cuPointerGetAttribute");
+	if (!data)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	int by_host = 0;
+	struct region *x = find_dev(ptr);
+	if (!x) {
+		x = find_host((uintptr_t)ptr);
+		by_host = 1;
+	}
+	if (!x) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	switch (attr) {
+	case 1: /* CONTEXT */
+		*(CUcontext *)data = &g_ctx[x->dev];
+		break;
+	case 2: /* MEMORY_TYPE: CU_MEMORYTYPE_HOST 1, DEVICE 2 */
+		*(unsigned int *)data = is_pinned_host(x) ? 1 : 2;
+		break;
+	case 3: /* DEVICE_POINTER */
+		*(CUdeviceptr *)data = by_host ? x->dptr + ((uintptr_t)ptr - x->host) : ptr;
+		break;
+	case 4: /* HOST_POINTER */
+		if (x->kind == K_DEVICE)
+			r = CUDA_ERROR_INVALID_VALUE;
+		else
+			*(void **)data = (void *)(by_host ? (uintptr_t)ptr : x->host + (uintptr_t)(ptr - x->dptr));
+		break;
+	case 9: /* DEVICE_ORDINAL */
+		*(int *)data = x->dev;
+		break;
+	case 11: /* RANGE_START_ADDR, in the space the pointer was given in */
+		*(CUdeviceptr *)data = by_host ? x->host : x->dptr;
+		break;
+	case 12: /* RANGE_SIZE */
+		*(size_t *)data = x->size;
+		break;
+	default:
+		r = CUDA_ERROR_NOT_SUPPORTED;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+/* ---- streams and copies ---- */
+
+static int pending(struct fake_stream *s) { return s->head != NULL || s->busy; }
+
+static void ev_complete(struct fake_event *e, unsigned long long seq) {
+	pthread_mutex_lock(&ev_mu);
+	if (seq > e->done)
+		e->done = seq;
+	if (--e->refs == 0)
+		free(e);
+	pthread_cond_broadcast(&ev_cv);
+	pthread_mutex_unlock(&ev_mu);
+}
+
+static void *worker(void *arg) {
+	struct fake_stream *s = arg;
+	long delay = env_long("FAKECUDA_COPY_DELAY_US", 200);
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->head && !s->quit)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (!s->head)
+			break;
+		struct op *o = s->head;
+		s->head = o->next;
+		if (!s->head)
+			s->tail = NULL;
+		if (o->ev) {
+			/* Under the stream's lock: whoever sees the event complete
+			   also sees the stream without it. */
+			ev_complete(o->ev, o->seq);
+			free(o);
+			pthread_cond_broadcast(&s->cv);
+			continue;
+		}
+		s->busy = 1;
+		pthread_mutex_unlock(&s->mu);
+		sleep_us(delay);
+		memmove(o->dst, o->src, o->n); /* the source is read only now */
+		free(o);
+		pthread_mutex_lock(&s->mu);
+		s->busy = 0;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static void stream_wait(struct fake_stream *s) {
+	pthread_mutex_lock(&s->mu);
+	while (pending(s))
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* live_stream: s is a stream handle this driver created and not destroyed. */
+static int live_stream(struct fake_stream *s) {
+	int ok = 0;
+	pthread_mutex_lock(&g_mu);
+	for (struct fake_stream *x = g_streams; x; x = x->next)
+		if (x == s)
+			ok = 1;
+	pthread_mutex_unlock(&g_mu);
+	return ok;
+}
+
+/* is_null_stream: the legacy (0, 1) or per-thread (2) default stream. */
+static int is_null_stream(CUstream s) { return (uintptr_t)s <= 2; }
+
+API CUresult cuStreamCreate(CUstream *ps, unsigned int flags) {
+	ENTER("cuStreamCreate");
+	if (!ps || (flags & ~1u))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	struct fake_stream *s = calloc(1, sizeof *s);
+	if (!s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	s->ctx = t_cur;
+	s->flags = flags;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (pthread_create(&s->th, NULL, worker, s) != 0) {
+		free(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&g_mu);
+	s->next = g_streams;
+	g_streams = s;
+	pthread_mutex_unlock(&g_mu);
+	*ps = s;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamDestroy_v2(CUstream s) {
+	ENTER("cuStreamDestroy");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&g_mu);
+	struct fake_stream **pp = &g_streams;
+	while (*pp && *pp != s)
+		pp = &(*pp)->next;
+	if (!*pp) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	*pp = s->next;
+	pthread_mutex_unlock(&g_mu);
+	/* The driver returns at once and finishes the work later; the worker
+	   drains the queue before it quits, so joining here is the same work. */
+	pthread_mutex_lock(&s->mu);
+	s->quit = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->th, NULL);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamSynchronize(CUstream s) {
+	ENTER("cuStreamSynchronize");
+	if (ready())
+		return ready();
+	if (is_null_stream(s))
+		return CUDA_SUCCESS;
+	if (!live_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	stream_wait(s);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamQuery(CUstream s) {
+	ENTER("cuStreamQuery");
+	if (ready())
+		return ready();
+	if (is_null_stream(s))
+		return CUDA_SUCCESS;
+	if (!live_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&s->mu);
+	int p = pending(s);
+	pthread_mutex_unlock(&s->mu);
+	return p ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+static void enqueue(struct fake_stream *s, struct op *o) {
+	pthread_mutex_lock(&s->mu);
+	if (s->tail)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* legacy_sync: a synchronous copy waits for the blocking streams of the
+   current context, as work on the legacy default stream does. */
+static void legacy_sync(void) {
+	struct fake_stream *list[64];
+	int n = 0;
+	pthread_mutex_lock(&g_mu);
+	for (struct fake_stream *x = g_streams; x && n < 64; x = x->next)
+		if (x->ctx == t_cur && x->flags == 0)
+			list[n++] = x;
+	pthread_mutex_unlock(&g_mu);
+	for (int i = 0; i < n; i++)
+		stream_wait(list[i]);
+}
+
+/* copy resolves both sides and performs the copy now (s NULL) or late. */
+static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, CUdeviceptr src_dev, size_t n,
+		     CUstream s, int async) {
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	void *dst = dst_host, *src = (void *)src_host;
+	pthread_mutex_lock(&g_mu);
+	if (!dst)
+		r = resolve(dst_dev, n, &dst);
+	if (!r && !src)
+		r = resolve(src_dev, n, &src);
+	pthread_mutex_unlock(&g_mu);
+	if (r)
+		return r;
+	if (!dst || !src)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!async || is_null_stream(s)) {
+		legacy_sync();
+		memmove(dst, src, n);
+		return CUDA_SUCCESS;
+	}
+	if (!live_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->dst = dst;
+	o->src = src;
+	o->n = n;
+	enqueue(s, o);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+	ENTER("cuMemcpyHtoD");
+	return copy(NULL, dst, src, 0, n, NULL, 0);
+}
+
+API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
+	ENTER("cuMemcpyDtoH");
+	return copy(dst, 0, NULL, src, n, NULL, 0);
+}
+
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+	ENTER("cuMemcpyDtoD");
+	return copy(NULL, dst, NULL, src, n, NULL, 0);
+}
+
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+	ENTER("cuMemcpyHtoDAsync");
+	return copy(NULL, dst, src, 0, n, s, 1);
+}
+
+API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+	ENTER("cuMemcpyDtoHAsync");
+	return copy(dst, 0, NULL, src, n, s, 1);
+}
+
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+	ENTER("cuMemcpyDtoDAsync");
+	return copy(NULL, dst, NULL, src, n, s, 1);
+}
+
+/* ---- events ---- */
+
+static int live_event(struct fake_event *e) {
+	for (struct fake_event *x = g_events; x; x = x->next)
+		if (x == e)
+			return 1;
+	return 0;
+}
+
+API CUresult cuEventCreate(CUevent *pe, unsigned int flags) {
+	ENTER("cuEventCreate");
+	if (!pe || (flags & ~0xFu))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	struct fake_event *e = calloc(1, sizeof *e);
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->refs = 1;
+	pthread_mutex_lock(&ev_mu);
+	e->next = g_events;
+	g_events = e;
+	pthread_mutex_unlock(&ev_mu);
+	*pe = e;
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventRecord(CUevent e, CUstream s) {
+	ENTER("cuEventRecord");
+	if (ready())
+		return ready();
+	if (!is_null_stream(s) && !live_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&ev_mu);
+	if (!live_event(e)) {
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	unsigned long long seq = ++e->recorded;
+	if (is_null_stream(s)) {
+		e->done = seq;
+		pthread_cond_broadcast(&ev_cv);
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_SUCCESS;
+	}
+	e->refs++;
+	pthread_mutex_unlock(&ev_mu);
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) {
+		ev_complete(e, 0);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	o->ev = e;
+	o->seq = seq;
+	enqueue(s, o);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventQuery(CUevent e) {
+	ENTER("cuEventQuery");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&ev_mu);
+	CUresult r = !live_event(e) ? CUDA_ERROR_INVALID_HANDLE
+				    : e->done < e->recorded ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+	pthread_mutex_unlock(&ev_mu);
+	return r;
+}
+
+API CUresult cuEventSynchronize(CUevent e) {
+	ENTER("cuEventSynchronize");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&ev_mu);
+	if (!live_event(e)) {
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	while (e->done < e->recorded)
+		pthread_cond_wait(&ev_cv, &ev_mu);
+	pthread_mutex_unlock(&ev_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventDestroy_v2(CUevent e) {
+	ENTER("cuEventDestroy");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&ev_mu);
+	struct fake_event **pp = &g_events;
+	while (*pp && *pp != e)
+		pp = &(*pp)->next;
+	if (!*pp) {
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	*pp = e->next;
+	if (--e->refs == 0) /* pending records keep it until they complete */
+		free(e);
+	pthread_mutex_unlock(&ev_mu);
+	return CUDA_SUCCESS;
+}
+
+/* ---- pre-_v2 entry points: present in the real driver with another ABI ---- */
+
+#define V1_STUB(name)                          \
+	API CUresult name() {                      \
+		ENTER(#name "@v1");                    \
+		return CUDA_ERROR_NOT_SUPPORTED;       \
+	}
+
+V1_STUB(cuDeviceTotalMem)
+V1_STUB(cuDevicePrimaryCtxRelease)
+V1_STUB(cuMemAlloc)
+V1_STUB(cuMemFree)
+V1_STUB(cuMemAllocHost)
+V1_STUB(cuMemHostRegister)
+V1_STUB(cuMemHostGetDevicePointer)
+V1_STUB(cuMemcpyHtoD)
+V1_STUB(cuMemcpyDtoH)
+V1_STUB(cuMemcpyDtoD)
+V1_STUB(cuMemcpyHtoDAsync)
+V1_STUB(cuMemcpyDtoHAsync)
+V1_STUB(cuMemcpyDtoDAsync)
+V1_STUB(cuStreamDestroy)
+V1_STUB(cuEventDestroy)

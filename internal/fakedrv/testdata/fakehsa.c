@@ -1,0 +1,973 @@
+/*
+ * fakehsa.c: a test-only stand-in for ROCm's libhsa-runtime64.so.1.
+ *
+ * It follows the real ABI of the calls ompalloc binds (hsa.h, hsa_ext_amd.h):
+ * hsa_status_t is an int with the real values, hsa_agent_t,
+ * hsa_amd_memory_pool_t and hsa_signal_t are structs of one uint64_t handle
+ * passed by value, hsa_signal_value_t is int64_t, hsa_amd_pointer_info_t has
+ * the real layout and honours its caller-set size field. Nothing here talks to
+ * a GPU: "device memory" is host memory behind addresses the host cannot use.
+ *
+ * Simulated system: one CPU agent ("Fake HSA CPU", pools: fine-grained with
+ * KERNARG_INIT, coarse-grained) then FAKEHSA_GPUS GPU agents (name "gfx90a",
+ * product "Fake AMD Instinct MI210"; pools: coarse-grained global VRAM,
+ * fine-grained global VRAM, group segment that cannot be allocated).
+ *
+ * Deliberate strictness, so that tests catch what a real GPU would punish
+ * with a memory fault or silent corruption:
+ *  - coarse-grained GPU memory lives at addresses with bit 62 set (not
+ *    canonical on x86-64): the host faults if it dereferences them;
+ *  - hsa_amd_memory_lock returns an agent pointer with bit 61 set, distinct
+ *    from the host pointer; async copies accept only memory the runtime knows
+ *    (pool allocations, the agent pointer of a lock), never pageable memory,
+ *    and CPU-pool memory only after hsa_amd_agents_allow_access for the GPU;
+ *  - hsa_amd_memory_unlock and hsa_amd_memory_pool_free want the exact
+ *    pointer that was locked or allocated; a lock overlapping another lock
+ *    with a different range is refused;
+ *  - destroying a signal that a pending copy still uses fails with
+ *    HSA_STATUS_ERROR_RESOURCE_FREE.
+ *
+ * Environment (read when hsa_init takes the reference count from 0 to 1):
+ *  FAKEHSA_GPUS=N           number of GPU agents, 0..16 (default 2)
+ *  FAKEHSA_NO_KFD=1         hsa_init fails with HSA_STATUS_ERROR_OUT_OF_RESOURCES
+ *                           like the real runtime without /dev/kfd
+ *  FAKEHSA_COPY_DELAY_US=N  an async copy is performed N microseconds after it
+ *                           was submitted, by a worker thread (default 2000)
+ *  FAKEHSA_VRAM_MB=N        size of each GPU's coarse-grained pool (default 1024)
+ * Read on every call, so a test may change it between calls:
+ *  FAKEHSA_FAIL=SPEC[,SPEC...] with SPEC = FUNCTION:N[:CODE]
+ *      the Nth call of FUNCTION (counted from the first call of any function
+ *      that saw the variable's current value, so setting the same value
+ *      again does not restart the count) fails with CODE (decimal or 0x hex; default
+ *      HSA_STATUS_ERROR_OUT_OF_RESOURCES); N = '*' fails every call.
+ *      Example: FAKEHSA_FAIL=hsa_amd_memory_lock:2,hsa_signal_create:*:0x1000
+ *
+ * Test hook (not in the real library): int64_t fakehsa_count(const char *what)
+ * with what = "signals" (live), "allocs", "locks", "pending" (copies not yet
+ * performed), "copies" (performed), "inits" (reference count).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int hsa_status_t;
+enum {
+    HSA_STATUS_SUCCESS = 0x0,
+    HSA_STATUS_INFO_BREAK = 0x1,
+    HSA_STATUS_ERROR = 0x1000,
+    HSA_STATUS_ERROR_INVALID_ARGUMENT = 0x1001,
+    HSA_STATUS_ERROR_INVALID_QUEUE_CREATION = 0x1002,
+    HSA_STATUS_ERROR_INVALID_ALLOCATION = 0x1003,
+    HSA_STATUS_ERROR_INVALID_AGENT = 0x1004,
+    HSA_STATUS_ERROR_INVALID_REGION = 0x1005,
+    HSA_STATUS_ERROR_INVALID_SIGNAL = 0x1006,
+    HSA_STATUS_ERROR_INVALID_QUEUE = 0x1007,
+    HSA_STATUS_ERROR_OUT_OF_RESOURCES = 0x1008,
+    HSA_STATUS_ERROR_INVALID_PACKET_FORMAT = 0x1009,
+    HSA_STATUS_ERROR_RESOURCE_FREE = 0x100A,
+    HSA_STATUS_ERROR_NOT_INITIALIZED = 0x100B,
+    HSA_STATUS_ERROR_REFCOUNT_OVERFLOW = 0x100C,
+    HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS = 0x100D,
+    HSA_STATUS_ERROR_INVALID_INDEX = 0x100E,
+    HSA_STATUS_ERROR_INVALID_ISA = 0x100F,
+    HSA_STATUS_ERROR_INVALID_CODE_OBJECT = 0x1010,
+    HSA_STATUS_ERROR_INVALID_EXECUTABLE = 0x1011,
+    HSA_STATUS_ERROR_FROZEN_EXECUTABLE = 0x1012,
+    HSA_STATUS_ERROR_INVALID_SYMBOL_NAME = 0x1013,
+    HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED = 0x1014,
+    HSA_STATUS_ERROR_VARIABLE_UNDEFINED = 0x1015,
+    HSA_STATUS_ERROR_EXCEPTION = 0x1016,
+};
+
+typedef struct hsa_agent_s { uint64_t handle; } hsa_agent_t;
+typedef struct hsa_amd_memory_pool_s { uint64_t handle; } hsa_amd_memory_pool_t;
+typedef struct hsa_signal_s { uint64_t handle; } hsa_signal_t;
+typedef int64_t hsa_signal_value_t;
+
+enum { HSA_DEVICE_TYPE_CPU = 0, HSA_DEVICE_TYPE_GPU = 1 };
+enum { /* hsa_system_info_t */
+    HSA_SYSTEM_INFO_VERSION_MAJOR = 0,
+    HSA_SYSTEM_INFO_VERSION_MINOR = 1,
+    HSA_SYSTEM_INFO_TIMESTAMP = 2,
+    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY = 3,
+};
+enum { /* hsa_agent_info_t, hsa_amd_agent_info_t */
+    HSA_AGENT_INFO_NAME = 0,
+    HSA_AGENT_INFO_VENDOR_NAME = 1,
+    HSA_AGENT_INFO_NODE = 16,
+    HSA_AGENT_INFO_DEVICE = 17,
+    HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009,
+};
+enum { /* hsa_amd_segment_t */
+    HSA_AMD_SEGMENT_GLOBAL = 0,
+    HSA_AMD_SEGMENT_GROUP = 3,
+};
+enum { /* hsa_amd_memory_pool_global_flag_t */
+    FLAG_KERNARG_INIT = 1,
+    FLAG_FINE_GRAINED = 2,
+    FLAG_COARSE_GRAINED = 4,
+};
+enum { /* hsa_amd_memory_pool_info_t */
+    POOL_INFO_SEGMENT = 0,
+    POOL_INFO_GLOBAL_FLAGS = 1,
+    POOL_INFO_SIZE = 2,
+    POOL_INFO_RUNTIME_ALLOC_ALLOWED = 5,
+    POOL_INFO_RUNTIME_ALLOC_GRANULE = 6,
+    POOL_INFO_RUNTIME_ALLOC_ALIGNMENT = 7,
+    POOL_INFO_ACCESSIBLE_BY_ALL = 15,
+};
+enum { /* hsa_amd_pointer_type_t */
+    HSA_EXT_POINTER_TYPE_UNKNOWN = 0,
+    HSA_EXT_POINTER_TYPE_HSA = 1,
+    HSA_EXT_POINTER_TYPE_LOCKED = 2,
+};
+enum { /* hsa_signal_condition_t */
+    COND_EQ = 0, COND_NE = 1, COND_LT = 2, COND_GTE = 3,
+};
+
+/* hsa_amd_pointer_info_t as in ROCm 5.x; its first field is set by the caller
+ * to the size it allocated, and the runtime fills no more than that. */
+typedef struct hsa_amd_pointer_info_s {
+    uint32_t size;
+    uint32_t type;
+    void *agentBaseAddress;
+    void *hostBaseAddress;
+    size_t sizeInBytes;
+    void *userData;
+    hsa_agent_t agentOwner;
+    uint32_t global_flags;
+} hsa_amd_pointer_info_t;
+
+/* The smallest size accepted: the first revision ends after sizeInBytes. */
+#define POINTER_INFO_V1_SIZE (offsetof(hsa_amd_pointer_info_t, sizeInBytes) + sizeof(size_t))
+
+#define MAX_GPUS 16
+#define MAX_AGENTS (MAX_GPUS + 1)
+#define POOLS_PER_AGENT 3
+#define AGENT_BASE 0xA6E0000000ull
+#define POOL_BASE 0x9001000000ull
+#define DEV_BIAS (1ull << 62)
+#define LOCK_BIAS (1ull << 61)
+#define GRANULE 4096u
+
+struct agent {
+    int type;
+    char name[64], product[64];
+    int npools;
+    int pools[POOLS_PER_AGENT];
+};
+struct pool {
+    int agent;
+    int segment;
+    uint32_t flags;
+    size_t size, used;
+    bool alloc_allowed;
+};
+struct alloc {
+    uintptr_t addr; /* what the caller sees */
+    void *real;
+    size_t size;
+    int pool;
+    uint64_t access; /* bit per agent index */
+};
+struct lock {
+    uintptr_t host, agent;
+    size_t size;
+    int refs;
+};
+
+#define SIG_MAGIC 0x5157A1u
+struct sig {
+    uint32_t magic;
+    int live;
+    int64_t value;
+    struct sig *next_free;
+};
+#define SLAB 1024
+struct slab {
+    struct sig sigs[SLAB];
+    struct slab *next;
+};
+
+struct job {
+    void *dst, *src;
+    size_t size;
+    struct sig *done;
+    int ndeps;
+    struct sig **deps;
+    struct timespec due;
+    struct job *next;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER; /* a signal changed */
+static pthread_cond_t job_cv = PTHREAD_COND_INITIALIZER; /* a job was queued */
+
+static int refs;
+static int nagents;
+static struct agent agents[MAX_AGENTS];
+static int npools;
+static struct pool pools[MAX_AGENTS * POOLS_PER_AGENT];
+static long delay_us = 2000;
+
+static struct alloc *allocs;
+static int nallocs, capallocs;
+static struct lock *locks;
+static int nlocks, caplocks;
+
+static struct slab *slabs;
+static struct sig *free_sigs;
+static int64_t live_sigs;
+
+static struct job *jobs_head, *jobs_tail, *job_running;
+static int64_t jobs_pending, copies_done;
+static bool worker_started;
+
+/* ---- configuration and error injection ---- */
+
+static long env_long(const char *name, long def, long lo, long hi) {
+    const char *v = getenv(name);
+    if (v == NULL || *v == 0) return def;
+    char *end;
+    long x = strtol(v, &end, 0);
+    if (*end != 0 || x < lo || x > hi) return def;
+    return x;
+}
+
+#define MAX_FAILS 16
+static pthread_mutex_t fail_mu = PTHREAD_MUTEX_INITIALIZER;
+static char fail_spec[1024];
+static struct {
+    char fn[64];
+    long nth; /* 0: every call */
+    int code;
+    long calls;
+} fails[MAX_FAILS];
+static int nfails;
+
+static void parse_fails(const char *spec) {
+    nfails = 0;
+    snprintf(fail_spec, sizeof fail_spec, "%s", spec);
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok != NULL && nfails < MAX_FAILS;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *c1 = strchr(tok, ':');
+        if (c1 == NULL) continue;
+        *c1 = 0;
+        char *n = c1 + 1, *c2 = strchr(n, ':');
+        int code = HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        if (c2 != NULL) {
+            *c2 = 0;
+            code = (int)strtol(c2 + 1, NULL, 0);
+        }
+        long nth = strcmp(n, "*") == 0 ? 0 : strtol(n, NULL, 10);
+        if (nth < 0) continue;
+        snprintf(fails[nfails].fn, sizeof fails[nfails].fn, "%s", tok);
+        fails[nfails].nth = nth;
+        fails[nfails].code = code;
+        fails[nfails].calls = 0;
+        nfails++;
+    }
+}
+
+/* injected returns the status the call of fn must fail with, or 0. */
+static hsa_status_t injected(const char *fn) {
+    const char *spec = getenv("FAKEHSA_FAIL");
+    if (spec == NULL) spec = "";
+    hsa_status_t st = HSA_STATUS_SUCCESS;
+    pthread_mutex_lock(&fail_mu);
+    if (strncmp(spec, fail_spec, sizeof fail_spec - 1) != 0) parse_fails(spec);
+    for (int i = 0; i < nfails; i++) {
+        if (strcmp(fails[i].fn, fn) != 0) continue;
+        fails[i].calls++;
+        if (fails[i].nth == 0 || fails[i].nth == fails[i].calls) st = fails[i].code;
+    }
+    pthread_mutex_unlock(&fail_mu);
+    return st;
+}
+
+#define ENTER(fn)                                                   \
+    do {                                                            \
+        if (!initialized()) return HSA_STATUS_ERROR_NOT_INITIALIZED; \
+        hsa_status_t inj_ = injected(fn);                           \
+        if (inj_ != HSA_STATUS_SUCCESS) return inj_;                \
+    } while (0)
+
+static bool initialized(void) {
+    pthread_mutex_lock(&mu);
+    bool ok = refs > 0;
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
+/* ---- handles ---- */
+
+static int agent_index(hsa_agent_t a) {
+    if (a.handle < AGENT_BASE || a.handle >= AGENT_BASE + (uint64_t)nagents) return -1;
+    return (int)(a.handle - AGENT_BASE);
+}
+
+static int pool_index(hsa_amd_memory_pool_t p) {
+    if (p.handle < POOL_BASE || p.handle >= POOL_BASE + (uint64_t)npools) return -1;
+    return (int)(p.handle - POOL_BASE);
+}
+
+static int add_pool(int agent, int segment, uint32_t flags, size_t size, bool alloc) {
+    int i = npools++;
+    pools[i] = (struct pool){.agent = agent, .segment = segment, .flags = flags, .size = size, .alloc_allowed = alloc};
+    agents[agent].pools[agents[agent].npools++] = i;
+    return i;
+}
+
+static void configure(void) {
+    int gpus = (int)env_long("FAKEHSA_GPUS", 2, 0, MAX_GPUS);
+    delay_us = env_long("FAKEHSA_COPY_DELAY_US", 2000, 0, 60000000);
+    size_t vram = (size_t)env_long("FAKEHSA_VRAM_MB", 1024, 1, 1 << 20) << 20;
+    nagents = 0;
+    npools = 0;
+    memset(agents, 0, sizeof agents);
+    struct agent *cpu = &agents[nagents++];
+    cpu->type = HSA_DEVICE_TYPE_CPU;
+    snprintf(cpu->name, sizeof cpu->name, "Fake HSA CPU");
+    snprintf(cpu->product, sizeof cpu->product, "Fake HSA CPU");
+    add_pool(0, HSA_AMD_SEGMENT_GLOBAL, FLAG_KERNARG_INIT | FLAG_FINE_GRAINED, (size_t)64 << 30, true);
+    add_pool(0, HSA_AMD_SEGMENT_GLOBAL, FLAG_COARSE_GRAINED, (size_t)64 << 30, true);
+    for (int g = 0; g < gpus; g++) {
+        int i = nagents++;
+        agents[i].type = HSA_DEVICE_TYPE_GPU;
+        snprintf(agents[i].name, sizeof agents[i].name, "gfx90a");
+        snprintf(agents[i].product, sizeof agents[i].product, "Fake AMD Instinct MI210");
+        add_pool(i, HSA_AMD_SEGMENT_GLOBAL, FLAG_COARSE_GRAINED, vram, true);
+        add_pool(i, HSA_AMD_SEGMENT_GLOBAL, FLAG_FINE_GRAINED, vram / 4, true);
+        add_pool(i, HSA_AMD_SEGMENT_GROUP, 0, 64 << 10, false);
+    }
+}
+
+/* ---- init ---- */
+
+hsa_status_t hsa_init(void) {
+    hsa_status_t inj = injected("hsa_init");
+    if (inj != HSA_STATUS_SUCCESS) return inj;
+    const char *nokfd = getenv("FAKEHSA_NO_KFD");
+    if (nokfd != NULL && strcmp(nokfd, "1") == 0) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    pthread_mutex_lock(&mu);
+    if (refs == 0) configure();
+    refs++;
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_shut_down(void) {
+    pthread_mutex_lock(&mu);
+    if (refs == 0) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_NOT_INITIALIZED;
+    }
+    refs--;
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_SUCCESS;
+}
+
+static const struct {
+    hsa_status_t code;
+    const char *text;
+} status_texts[] = {
+    {HSA_STATUS_SUCCESS, "HSA_STATUS_SUCCESS: The function has been executed successfully."},
+    {HSA_STATUS_INFO_BREAK, "HSA_STATUS_INFO_BREAK: A traversal over a list of elements has been interrupted by the application before completing."},
+    {HSA_STATUS_ERROR, "HSA_STATUS_ERROR: A generic error has occurred."},
+    {HSA_STATUS_ERROR_INVALID_ARGUMENT, "HSA_STATUS_ERROR_INVALID_ARGUMENT: One of the actual arguments does not meet a precondition stated in the documentation of the corresponding formal argument."},
+    {HSA_STATUS_ERROR_INVALID_QUEUE_CREATION, "HSA_STATUS_ERROR_INVALID_QUEUE_CREATION: The requested queue creation is not valid."},
+    {HSA_STATUS_ERROR_INVALID_ALLOCATION, "HSA_STATUS_ERROR_INVALID_ALLOCATION: The requested allocation is not valid."},
+    {HSA_STATUS_ERROR_INVALID_AGENT, "HSA_STATUS_ERROR_INVALID_AGENT: The agent is invalid."},
+    {HSA_STATUS_ERROR_INVALID_REGION, "HSA_STATUS_ERROR_INVALID_REGION: The memory region is invalid."},
+    {HSA_STATUS_ERROR_INVALID_SIGNAL, "HSA_STATUS_ERROR_INVALID_SIGNAL: The signal is invalid."},
+    {HSA_STATUS_ERROR_INVALID_QUEUE, "HSA_STATUS_ERROR_INVALID_QUEUE: The queue is invalid."},
+    {HSA_STATUS_ERROR_OUT_OF_RESOURCES, "HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. This error may also occur when the core runtime library needs to spawn threads or create internal OS-specific events."},
+    {HSA_STATUS_ERROR_INVALID_PACKET_FORMAT, "HSA_STATUS_ERROR_INVALID_PACKET_FORMAT: The AQL packet is malformed."},
+    {HSA_STATUS_ERROR_RESOURCE_FREE, "HSA_STATUS_ERROR_RESOURCE_FREE: An error has been detected while releasing a resource."},
+    {HSA_STATUS_ERROR_NOT_INITIALIZED, "HSA_STATUS_ERROR_NOT_INITIALIZED: An API other than hsa_init has been invoked while the reference count of the HSA runtime is zero."},
+    {HSA_STATUS_ERROR_REFCOUNT_OVERFLOW, "HSA_STATUS_ERROR_REFCOUNT_OVERFLOW: The maximum reference count for the object has been reached."},
+    {HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS, "HSA_STATUS_ERROR_INCOMPATIBLE_ARGUMENTS: The arguments passed to a functions are not compatible."},
+    {HSA_STATUS_ERROR_INVALID_INDEX, "HSA_STATUS_ERROR_INVALID_INDEX: The index is invalid."},
+    {HSA_STATUS_ERROR_INVALID_ISA, "HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid."},
+    {HSA_STATUS_ERROR_INVALID_CODE_OBJECT, "HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid."},
+    {HSA_STATUS_ERROR_INVALID_EXECUTABLE, "HSA_STATUS_ERROR_INVALID_EXECUTABLE: The executable is invalid."},
+    {HSA_STATUS_ERROR_FROZEN_EXECUTABLE, "HSA_STATUS_ERROR_FROZEN_EXECUTABLE: The executable is frozen."},
+    {HSA_STATUS_ERROR_INVALID_SYMBOL_NAME, "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME: There is no symbol with the given name."},
+    {HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED, "HSA_STATUS_ERROR_VARIABLE_ALREADY_DEFINED: The variable is already defined."},
+    {HSA_STATUS_ERROR_VARIABLE_UNDEFINED, "HSA_STATUS_ERROR_VARIABLE_UNDEFINED: The variable is undefined."},
+    {HSA_STATUS_ERROR_EXCEPTION, "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception."},
+};
+
+/* Callable before hsa_init, like the real one. */
+hsa_status_t hsa_status_string(hsa_status_t status, const char **status_string) {
+    if (status_string == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < sizeof status_texts / sizeof status_texts[0]; i++) {
+        if (status_texts[i].code == status) {
+            *status_string = status_texts[i].text;
+            return HSA_STATUS_SUCCESS;
+        }
+    }
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+hsa_status_t hsa_system_get_info(int attribute, void *value) {
+    ENTER("hsa_system_get_info");
+    if (value == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    switch (attribute) {
+    case HSA_SYSTEM_INFO_VERSION_MAJOR: *(uint16_t *)value = 1; return HSA_STATUS_SUCCESS;
+    case HSA_SYSTEM_INFO_VERSION_MINOR: *(uint16_t *)value = 1; return HSA_STATUS_SUCCESS;
+    case HSA_SYSTEM_INFO_TIMESTAMP: {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *(uint64_t *)value = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        return HSA_STATUS_SUCCESS;
+    }
+    case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: *(uint64_t *)value = 1000000000ull; return HSA_STATUS_SUCCESS;
+    }
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+/* ---- agents and pools ---- */
+
+typedef hsa_status_t (*agent_cb)(hsa_agent_t agent, void *data);
+typedef hsa_status_t (*pool_cb)(hsa_amd_memory_pool_t pool, void *data);
+
+hsa_status_t hsa_iterate_agents(agent_cb callback, void *data) {
+    ENTER("hsa_iterate_agents");
+    if (callback == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < nagents; i++) {
+        hsa_status_t st = callback((hsa_agent_t){AGENT_BASE + (uint64_t)i}, data);
+        if (st != HSA_STATUS_SUCCESS) return st;
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_agent_get_info(hsa_agent_t agent, int attribute, void *value) {
+    ENTER("hsa_agent_get_info");
+    int i = agent_index(agent);
+    if (i < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    if (value == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    switch (attribute) {
+    case HSA_AGENT_INFO_NAME: memcpy(value, agents[i].name, 64); return HSA_STATUS_SUCCESS;
+    case HSA_AGENT_INFO_VENDOR_NAME:
+        memset(value, 0, 64);
+        strcpy(value, agents[i].type == HSA_DEVICE_TYPE_GPU ? "AMD" : "CPU");
+        return HSA_STATUS_SUCCESS;
+    case HSA_AGENT_INFO_NODE: *(uint32_t *)value = (uint32_t)i; return HSA_STATUS_SUCCESS;
+    case HSA_AGENT_INFO_DEVICE: *(uint32_t *)value = (uint32_t)agents[i].type; return HSA_STATUS_SUCCESS;
+    case HSA_AMD_AGENT_INFO_PRODUCT_NAME: memcpy(value, agents[i].product, 64); return HSA_STATUS_SUCCESS;
+    }
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+hsa_status_t hsa_amd_agent_iterate_memory_pools(hsa_agent_t agent, pool_cb callback, void *data) {
+    ENTER("hsa_amd_agent_iterate_memory_pools");
+    int i = agent_index(agent);
+    if (i < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    if (callback == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    for (int k = 0; k < agents[i].npools; k++) {
+        hsa_status_t st = callback((hsa_amd_memory_pool_t){POOL_BASE + (uint64_t)agents[i].pools[k]}, data);
+        if (st != HSA_STATUS_SUCCESS) return st;
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_amd_memory_pool_get_info(hsa_amd_memory_pool_t pool, int attribute, void *value) {
+    ENTER("hsa_amd_memory_pool_get_info");
+    int i = pool_index(pool);
+    if (i < 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    if (value == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    struct pool *p = &pools[i];
+    switch (attribute) {
+    case POOL_INFO_SEGMENT: *(int *)value = p->segment; return HSA_STATUS_SUCCESS;
+    case POOL_INFO_GLOBAL_FLAGS:
+        if (p->segment != HSA_AMD_SEGMENT_GLOBAL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+        *(uint32_t *)value = p->flags;
+        return HSA_STATUS_SUCCESS;
+    case POOL_INFO_SIZE: *(size_t *)value = p->size; return HSA_STATUS_SUCCESS;
+    case POOL_INFO_RUNTIME_ALLOC_ALLOWED: *(bool *)value = p->alloc_allowed; return HSA_STATUS_SUCCESS;
+    case POOL_INFO_RUNTIME_ALLOC_GRANULE:
+    case POOL_INFO_RUNTIME_ALLOC_ALIGNMENT: *(size_t *)value = GRANULE; return HSA_STATUS_SUCCESS;
+    case POOL_INFO_ACCESSIBLE_BY_ALL: *(bool *)value = false; return HSA_STATUS_SUCCESS;
+    }
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+/* ---- memory ---- */
+
+static struct alloc *find_alloc_locked(uintptr_t p, size_t n) {
+    for (int i = 0; i < nallocs; i++) {
+        struct alloc *a = &allocs[i];
+        if (p >= a->addr && p - a->addr < a->size) return (n <= a->size - (p - a->addr)) ? a : NULL;
+    }
+    return NULL;
+}
+
+static bool overlaps_alloc_locked(uintptr_t p, size_t n) {
+    for (int i = 0; i < nallocs; i++) {
+        uintptr_t a = allocs[i].addr;
+        if (p < a + allocs[i].size && a < p + n) return true;
+    }
+    return false;
+}
+
+hsa_status_t hsa_amd_memory_pool_allocate(hsa_amd_memory_pool_t pool, size_t size, uint32_t flags, void **ptr) {
+    ENTER("hsa_amd_memory_pool_allocate");
+    (void)flags;
+    int i = pool_index(pool);
+    if (i < 0 || size == 0 || ptr == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    struct pool *pl = &pools[i];
+    if (!pl->alloc_allowed) return HSA_STATUS_ERROR_INVALID_ALLOCATION;
+    if (size > pl->size) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    size_t rounded = (size + GRANULE - 1) / GRANULE * GRANULE;
+    pthread_mutex_lock(&mu);
+    if (rounded > pl->size - pl->used) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
+    void *real = NULL;
+    if (posix_memalign(&real, GRANULE, rounded) != 0) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
+    bool device = agents[pl->agent].type == HSA_DEVICE_TYPE_GPU && (pl->flags & FLAG_COARSE_GRAINED);
+    if (device) memset(real, 0xCD, rounded); /* fresh device memory is not zeroed */
+    if (nallocs == capallocs) {
+        capallocs = capallocs ? 2 * capallocs : 64;
+        allocs = realloc(allocs, (size_t)capallocs * sizeof *allocs);
+    }
+    uintptr_t addr = (uintptr_t)real + (device ? DEV_BIAS : 0);
+    allocs[nallocs++] = (struct alloc){.addr = addr, .real = real, .size = rounded, .pool = i,
+                                       .access = 1ull << pl->agent};
+    pl->used += rounded;
+    pthread_mutex_unlock(&mu);
+    *ptr = (void *)addr;
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_amd_memory_pool_free(void *ptr) {
+    ENTER("hsa_amd_memory_pool_free");
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++) {
+        if (allocs[i].addr == (uintptr_t)ptr) {
+            pools[allocs[i].pool].used -= allocs[i].size;
+            free(allocs[i].real);
+            allocs[i] = allocs[--nallocs];
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents, const hsa_agent_t *agents_, const uint32_t *flags,
+                                         const void *ptr) {
+    ENTER("hsa_amd_agents_allow_access");
+    (void)flags;
+    if (num_agents == 0 || agents_ == NULL || ptr == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    uint64_t mask = 0;
+    for (uint32_t k = 0; k < num_agents; k++) {
+        int i = agent_index(agents_[k]);
+        if (i < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+        mask |= 1ull << i;
+    }
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++) {
+        if (allocs[i].addr == (uintptr_t)ptr) {
+            allocs[i].access |= mask;
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents_, int num_agent,
+                                 void **agent_ptr) {
+    ENTER("hsa_amd_memory_lock");
+    if (host_ptr == NULL || size == 0 || agent_ptr == NULL || num_agent < 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    if (num_agent > 0 && agents_ == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    for (int k = 0; k < num_agent; k++)
+        if (agent_index(agents_[k]) < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    uintptr_t h = (uintptr_t)host_ptr;
+    if (h + size < h || (h & (DEV_BIAS | LOCK_BIAS))) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nlocks; i++) {
+        struct lock *l = &locks[i];
+        if (l->host == h && l->size == size) {
+            l->refs++;
+            *agent_ptr = (void *)l->agent;
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_SUCCESS;
+        }
+        if (h < l->host + l->size && l->host < h + size) {
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+        }
+    }
+    if (overlaps_alloc_locked(h, size)) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    if (nlocks == caplocks) {
+        caplocks = caplocks ? 2 * caplocks : 64;
+        locks = realloc(locks, (size_t)caplocks * sizeof *locks);
+    }
+    locks[nlocks++] = (struct lock){.host = h, .agent = h + LOCK_BIAS, .size = size, .refs = 1};
+    pthread_mutex_unlock(&mu);
+    *agent_ptr = (void *)(h + LOCK_BIAS);
+    return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t hsa_amd_memory_unlock(void *host_ptr) {
+    ENTER("hsa_amd_memory_unlock");
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nlocks; i++) {
+        if (locks[i].host == (uintptr_t)host_ptr) {
+            if (--locks[i].refs == 0) locks[i] = locks[--nlocks];
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+}
+
+hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t),
+                                  uint32_t *num_agents_accessible, hsa_agent_t **accessible) {
+    ENTER("hsa_amd_pointer_info");
+    if (info == NULL || info->size < POINTER_INFO_V1_SIZE) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    hsa_amd_pointer_info_t r;
+    memset(&r, 0, sizeof r);
+    uint64_t access = 0;
+    uintptr_t p = (uintptr_t)ptr;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nlocks; i++) {
+        struct lock *l = &locks[i];
+        if ((p >= l->host && p - l->host < l->size) || (p >= l->agent && p - l->agent < l->size)) {
+            r.type = HSA_EXT_POINTER_TYPE_LOCKED;
+            r.hostBaseAddress = (void *)l->host;
+            r.agentBaseAddress = (void *)l->agent;
+            r.sizeInBytes = l->size;
+            r.agentOwner = (hsa_agent_t){AGENT_BASE};
+            r.global_flags = FLAG_FINE_GRAINED;
+            access = (1ull << nagents) - 1;
+            break;
+        }
+    }
+    if (r.type == HSA_EXT_POINTER_TYPE_UNKNOWN) {
+        struct alloc *a = find_alloc_locked(p, 1);
+        if (a != NULL) {
+            struct pool *pl = &pools[a->pool];
+            r.type = HSA_EXT_POINTER_TYPE_HSA;
+            r.agentBaseAddress = (void *)a->addr;
+            r.hostBaseAddress = a->addr & DEV_BIAS ? NULL : (void *)a->addr;
+            r.sizeInBytes = a->size;
+            r.agentOwner = (hsa_agent_t){AGENT_BASE + (uint64_t)pl->agent};
+            r.global_flags = pl->flags;
+            access = a->access;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    uint32_t n = info->size < sizeof r ? info->size : (uint32_t)sizeof r;
+    r.size = n;
+    memcpy(info, &r, n);
+    if (num_agents_accessible != NULL || accessible != NULL) {
+        if (num_agents_accessible == NULL || accessible == NULL || alloc == NULL)
+            return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+        uint32_t count = 0;
+        for (int i = 0; i < nagents; i++) count += (access >> i) & 1;
+        *num_agents_accessible = count;
+        *accessible = count ? alloc(count * sizeof(hsa_agent_t)) : NULL;
+        for (int i = 0, k = 0; i < nagents && *accessible != NULL; i++)
+            if ((access >> i) & 1) (*accessible)[k++] = (hsa_agent_t){AGENT_BASE + (uint64_t)i};
+    }
+    return HSA_STATUS_SUCCESS;
+}
+
+/* ---- signals ---- */
+
+static struct sig *sig_of(hsa_signal_t s) {
+    for (struct slab *sl = slabs; sl != NULL; sl = sl->next) {
+        uintptr_t base = (uintptr_t)sl->sigs;
+        if (s.handle >= base && s.handle < base + sizeof sl->sigs &&
+            (s.handle - base) % sizeof(struct sig) == 0) {
+            struct sig *g = (struct sig *)(uintptr_t)s.handle;
+            return g->magic == SIG_MAGIC && g->live ? g : NULL;
+        }
+    }
+    return NULL;
+}
+
+hsa_status_t hsa_signal_create(hsa_signal_value_t initial_value, uint32_t num_consumers,
+                               const hsa_agent_t *consumers, hsa_signal_t *signal) {
+    ENTER("hsa_signal_create");
+    if (signal == NULL || (num_consumers > 0 && consumers == NULL)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&mu);
+    if (free_sigs == NULL) {
+        struct slab *sl = calloc(1, sizeof *sl);
+        if (sl == NULL) {
+            pthread_mutex_unlock(&mu);
+            return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        }
+        sl->next = slabs;
+        slabs = sl;
+        for (int i = SLAB - 1; i >= 0; i--) {
+            sl->sigs[i].magic = SIG_MAGIC;
+            sl->sigs[i].next_free = free_sigs;
+            free_sigs = &sl->sigs[i];
+        }
+    }
+    struct sig *g = free_sigs;
+    free_sigs = g->next_free;
+    g->live = 1;
+    __atomic_store_n(&g->value, initial_value, __ATOMIC_RELEASE);
+    live_sigs++;
+    pthread_mutex_unlock(&mu);
+    signal->handle = (uint64_t)(uintptr_t)g;
+    return HSA_STATUS_SUCCESS;
+}
+
+static bool job_uses(struct job *j, struct sig *g) {
+    if (j->done == g) return true;
+    for (int i = 0; i < j->ndeps; i++)
+        if (j->deps[i] == g) return true;
+    return false;
+}
+
+hsa_status_t hsa_signal_destroy(hsa_signal_t signal) {
+    ENTER("hsa_signal_destroy");
+    pthread_mutex_lock(&mu);
+    struct sig *g = sig_of(signal);
+    if (g == NULL) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_INVALID_SIGNAL;
+    }
+    bool busy = job_running != NULL && job_uses(job_running, g);
+    for (struct job *j = jobs_head; j != NULL && !busy; j = j->next) busy = job_uses(j, g);
+    if (busy) {
+        pthread_mutex_unlock(&mu);
+        return HSA_STATUS_ERROR_RESOURCE_FREE;
+    }
+    g->live = 0;
+    g->next_free = free_sigs;
+    free_sigs = g;
+    live_sigs--;
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_SUCCESS;
+}
+
+/* Loads of a handle that is not a live signal read 0: the real runtime would
+ * read freed memory. */
+hsa_signal_value_t hsa_signal_load_scacquire(hsa_signal_t signal) {
+    pthread_mutex_lock(&mu);
+    struct sig *g = sig_of(signal);
+    pthread_mutex_unlock(&mu);
+    return g ? __atomic_load_n(&g->value, __ATOMIC_ACQUIRE) : 0;
+}
+
+hsa_signal_value_t hsa_signal_load_relaxed(hsa_signal_t signal) {
+    pthread_mutex_lock(&mu);
+    struct sig *g = sig_of(signal);
+    pthread_mutex_unlock(&mu);
+    return g ? __atomic_load_n(&g->value, __ATOMIC_RELAXED) : 0;
+}
+
+static bool satisfied(int64_t v, int cond, int64_t cmp) {
+    switch (cond) {
+    case COND_EQ: return v == cmp;
+    case COND_NE: return v != cmp;
+    case COND_LT: return v < cmp;
+    case COND_GTE: return v >= cmp;
+    }
+    return true;
+}
+
+/* The timeout hint is in HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY ticks, which
+ * here are nanoseconds. Like the real one it may return before the condition
+ * holds; callers loop. */
+hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition, hsa_signal_value_t compare_value,
+                                             uint64_t timeout_hint, int wait_state_hint) {
+    (void)wait_state_hint;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_hint > 3600ull * 1000000000ull) timeout_hint = 3600ull * 1000000000ull;
+    until.tv_sec += (time_t)(timeout_hint / 1000000000ull);
+    until.tv_nsec += (long)(timeout_hint % 1000000000ull);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&mu);
+    struct sig *g = sig_of(signal);
+    int64_t v = 0;
+    while (g != NULL) {
+        v = __atomic_load_n(&g->value, __ATOMIC_ACQUIRE);
+        if (satisfied(v, condition, compare_value)) break;
+        if (pthread_cond_timedwait(&sig_cv, &mu, &until) != 0) {
+            v = __atomic_load_n(&g->value, __ATOMIC_ACQUIRE);
+            break;
+        }
+        g = sig_of(signal);
+    }
+    pthread_mutex_unlock(&mu);
+    return v;
+}
+
+/* ---- copies ---- */
+
+/* translate maps [p, p+n) of memory an agent may use to the host memory
+ * behind it. gpu is the agent index whose access CPU-pool memory needs. */
+static hsa_status_t translate_locked(uintptr_t p, size_t n, int gpu, void **real) {
+    for (int i = 0; i < nlocks; i++) {
+        struct lock *l = &locks[i];
+        if (p >= l->agent && p - l->agent < l->size) {
+            if (n > l->size - (p - l->agent)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            *real = (void *)(l->host + (p - l->agent));
+            return HSA_STATUS_SUCCESS;
+        }
+    }
+    struct alloc *a = find_alloc_locked(p, n);
+    if (a == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    if (gpu >= 0 && agents[pools[a->pool].agent].type == HSA_DEVICE_TYPE_CPU && !((a->access >> gpu) & 1))
+        return HSA_STATUS_ERROR_INVALID_AGENT;
+    *real = (char *)a->real + (p - a->addr);
+    return HSA_STATUS_SUCCESS;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        while (jobs_head == NULL) pthread_cond_wait(&job_cv, &mu);
+        struct job *j = jobs_head;
+        jobs_head = j->next;
+        if (jobs_head == NULL) jobs_tail = NULL;
+        job_running = j;
+        pthread_mutex_unlock(&mu);
+
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &j->due, NULL) != 0) {
+        }
+        pthread_mutex_lock(&mu);
+        for (int i = 0; i < j->ndeps; i++)
+            while (__atomic_load_n(&j->deps[i]->value, __ATOMIC_ACQUIRE) != 0) pthread_cond_wait(&sig_cv, &mu);
+        pthread_mutex_unlock(&mu);
+
+        if (j->size > 0) memmove(j->dst, j->src, j->size);
+
+        pthread_mutex_lock(&mu);
+        __atomic_fetch_sub(&j->done->value, 1, __ATOMIC_ACQ_REL);
+        job_running = NULL;
+        jobs_pending--;
+        copies_done++;
+        pthread_cond_broadcast(&sig_cv);
+        pthread_mutex_unlock(&mu);
+        free(j->deps);
+        free(j);
+    }
+    return NULL;
+}
+
+hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const void *src, hsa_agent_t src_agent,
+                                       size_t size, uint32_t num_dep_signals, const hsa_signal_t *dep_signals,
+                                       hsa_signal_t completion_signal) {
+    ENTER("hsa_amd_memory_async_copy");
+    int da = agent_index(dst_agent), sa = agent_index(src_agent);
+    if (da < 0 || sa < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    if (dst == NULL || src == NULL || (num_dep_signals > 0 && dep_signals == NULL))
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    int gpu = agents[da].type == HSA_DEVICE_TYPE_GPU ? da : agents[sa].type == HSA_DEVICE_TYPE_GPU ? sa : -1;
+    struct job *j = calloc(1, sizeof *j);
+    if (j == NULL) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    j->deps = num_dep_signals ? calloc(num_dep_signals, sizeof *j->deps) : NULL;
+    if (num_dep_signals && j->deps == NULL) {
+        free(j);
+        return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+    }
+    pthread_mutex_lock(&mu);
+    hsa_status_t st = translate_locked((uintptr_t)dst, size, gpu, &j->dst);
+    if (st == HSA_STATUS_SUCCESS) st = translate_locked((uintptr_t)src, size, gpu, &j->src);
+    if (st == HSA_STATUS_SUCCESS && (j->done = sig_of(completion_signal)) == NULL) st = HSA_STATUS_ERROR_INVALID_SIGNAL;
+    for (uint32_t i = 0; i < num_dep_signals && st == HSA_STATUS_SUCCESS; i++) {
+        j->deps[i] = sig_of(dep_signals[i]);
+        if (j->deps[i] == NULL) st = HSA_STATUS_ERROR_INVALID_SIGNAL;
+    }
+    if (st != HSA_STATUS_SUCCESS) {
+        pthread_mutex_unlock(&mu);
+        free(j->deps);
+        free(j);
+        return st;
+    }
+    j->ndeps = (int)num_dep_signals;
+    j->size = size;
+    clock_gettime(CLOCK_MONOTONIC, &j->due);
+    j->due.tv_sec += delay_us / 1000000;
+    j->due.tv_nsec += (delay_us % 1000000) * 1000;
+    if (j->due.tv_nsec >= 1000000000L) {
+        j->due.tv_sec++;
+        j->due.tv_nsec -= 1000000000L;
+    }
+    if (!worker_started) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, worker, NULL) != 0) {
+            pthread_attr_destroy(&attr);
+            pthread_mutex_unlock(&mu);
+            free(j->deps);
+            free(j);
+            return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+        }
+        pthread_attr_destroy(&attr);
+        worker_started = true;
+    }
+    if (jobs_tail) jobs_tail->next = j;
+    else jobs_head = j;
+    jobs_tail = j;
+    jobs_pending++;
+    pthread_cond_signal(&job_cv);
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_SUCCESS;
+}
+
+/* Synchronous; unlike async copies it also takes plain host memory, as the
+ * real one does. */
+hsa_status_t hsa_memory_copy(void *dst, const void *src, size_t size) {
+    ENTER("hsa_memory_copy");
+    if (dst == NULL || src == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    void *rd = dst, *rs = (void *)src;
+    pthread_mutex_lock(&mu);
+    if (translate_locked((uintptr_t)dst, size, -1, &rd) != HSA_STATUS_SUCCESS) rd = dst;
+    if (translate_locked((uintptr_t)src, size, -1, &rs) != HSA_STATUS_SUCCESS) rs = (void *)src;
+    pthread_mutex_unlock(&mu);
+    if (((uintptr_t)rd | (uintptr_t)rs) & (DEV_BIAS | LOCK_BIAS)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    memmove(rd, rs, size);
+    return HSA_STATUS_SUCCESS;
+}
+
+/* ---- test hook ---- */
+
+int64_t fakehsa_count(const char *what) {
+    int64_t n = -1;
+    pthread_mutex_lock(&mu);
+    if (strcmp(what, "signals") == 0) n = live_sigs;
+    else if (strcmp(what, "allocs") == 0) n = nallocs;
+    else if (strcmp(what, "locks") == 0) n = nlocks;
+    else if (strcmp(what, "pending") == 0) n = jobs_pending;
+    else if (strcmp(what, "copies") == 0) n = copies_done;
+    else if (strcmp(what, "inits") == 0) n = refs;
+    pthread_mutex_unlock(&mu);
+    return n;
+}

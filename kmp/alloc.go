@@ -1,0 +1,149 @@
+package kmp
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// InitAllocator is omp_init_allocator. Invalid traits give NullAllocator
+// and one warning naming the trait.
+func InitAllocator(ms MemspaceHandle, ts []AllocTrait) AllocatorHandle {
+	list := make([]traits.Trait, len(ts))
+	for i, t := range ts {
+		list[i] = traits.Trait{Key: traits.Key(t.Key), Value: t.Value}
+	}
+	a, err := alloc.NewFromTraits(memspace.ID(ms), list)
+	if err != nil {
+		warnf("omp_init_allocator: %v; returning omp_null_allocator", err)
+		return NullAllocator
+	}
+	return AllocatorHandle(a.Handle())
+}
+
+// DestroyAllocator is omp_destroy_allocator. Live blocks are reported and
+// stay valid until freed.
+func DestroyAllocator(a AllocatorHandle) {
+	if a == NullAllocator {
+		return
+	}
+	al, ok := alloc.Lookup(alloc.Handle(a))
+	if !ok {
+		warnf("omp_destroy_allocator: %#x is not a live allocator", uintptr(a))
+		return
+	}
+	if err := al.Destroy(); err != nil {
+		warnf("omp_destroy_allocator: %v", err)
+	}
+}
+
+// SetDefaultAllocator is omp_set_default_allocator; NullAllocator restores
+// omp_default_mem_alloc. The default is process-wide here.
+func SetDefaultAllocator(a AllocatorHandle) {
+	if a == NullAllocator {
+		alloc.SetDefault(nil)
+		return
+	}
+	al, ok := alloc.Lookup(alloc.Handle(a))
+	if !ok {
+		warnf("omp_set_default_allocator: %#x is not a live allocator; default unchanged", uintptr(a))
+		return
+	}
+	alloc.SetDefault(al)
+}
+
+// GetDefaultAllocator is omp_get_default_allocator.
+func GetDefaultAllocator() AllocatorHandle { return AllocatorHandle(alloc.Default().Handle()) }
+
+func resolve(fn string, a AllocatorHandle) *alloc.Allocator {
+	al, ok := alloc.Lookup(alloc.Handle(a))
+	if !ok {
+		warnf("%s: %#x is not a live allocator", fn, uintptr(a))
+		return nil
+	}
+	return al
+}
+
+// report warns about bad input; allocation failures that the fallback trait
+// turned into nil are not warned about, as in libomp.
+func report(fn string, err error) {
+	if err == nil || errors.Is(err, alloc.ErrPoolExhausted) || errors.Is(err, alloc.ErrOutOfMemory) ||
+		errors.Is(err, alloc.ErrPinFailed) {
+		return
+	}
+	warnf("%s: %v", fn, err)
+}
+
+// Alloc is omp_alloc.
+func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
+	al := resolve("omp_alloc", a)
+	if al == nil {
+		return nil
+	}
+	p, err := al.Alloc(size)
+	report("omp_alloc", err)
+	return p
+}
+
+// AlignedAlloc is omp_aligned_alloc.
+func AlignedAlloc(alignment, size uintptr, a AllocatorHandle) unsafe.Pointer {
+	al := resolve("omp_aligned_alloc", a)
+	if al == nil {
+		return nil
+	}
+	p, err := al.AlignedAlloc(alignment, size)
+	report("omp_aligned_alloc", err)
+	return p
+}
+
+// Calloc is omp_calloc.
+func Calloc(nmemb, size uintptr, a AllocatorHandle) unsafe.Pointer {
+	al := resolve("omp_calloc", a)
+	if al == nil {
+		return nil
+	}
+	p, err := al.Calloc(nmemb, size)
+	report("omp_calloc", err)
+	return p
+}
+
+// AlignedCalloc is omp_aligned_calloc.
+func AlignedCalloc(alignment, nmemb, size uintptr, a AllocatorHandle) unsafe.Pointer {
+	al := resolve("omp_aligned_calloc", a)
+	if al == nil {
+		return nil
+	}
+	if alignment == 0 {
+		alignment = 1 // omp_aligned_calloc(0, ...) is not meaningful; treat as no extra alignment
+	}
+	p, err := al.AlignedCalloc(alignment, nmemb, size)
+	report("omp_aligned_calloc", err)
+	return p
+}
+
+// Realloc is omp_realloc: size 0 frees ptr and returns nil; a nil ptr
+// allocates; on failure ptr is left intact. A NullAllocator a means the
+// block's own allocator. freeA is ignored: each block knows its allocator.
+func Realloc(ptr unsafe.Pointer, size uintptr, a, freeA AllocatorHandle) unsafe.Pointer {
+	var al *alloc.Allocator
+	if a != NullAllocator {
+		if al = resolve("omp_realloc", a); al == nil {
+			return nil
+		}
+	}
+	p, err := alloc.Realloc(ptr, size, al)
+	report("omp_realloc", err)
+	return p
+}
+
+// Free is omp_free. The block's own allocator releases it whatever handle
+// is passed; nil is a no-op; double frees and foreign pointers are
+// reported and change nothing.
+func Free(ptr unsafe.Pointer, a AllocatorHandle) {
+	if err := alloc.Free(ptr); err != nil {
+		warnf("omp_free: %v", err)
+	}
+}

@@ -1,0 +1,76 @@
+package kmp
+
+import (
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+// The benchmarks here have twins in bench/alloc/libomp_bench.c with the
+// same names; bench/alloc/run.sh runs both and prints ours/libomp.
+
+func BenchmarkAllocFree(b *testing.B) {
+	align64 := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkAlignment, 64}})
+	defer DestroyAllocator(align64)
+	for _, bc := range []struct {
+		name string
+		a    AllocatorHandle
+	}{{"default-64", DefaultMemAlloc}, {"align64-64", align64}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				Free(Alloc(64, bc.a), bc.a)
+			}
+		})
+	}
+}
+
+// BenchmarkAllocFreeParallel2 runs the default-64 loop in two goroutines
+// at once and reports wall time per loop iteration, so it compares directly
+// with AllocFree/default-64: equal means no slowdown per operation.
+func BenchmarkAllocFreeParallel2(b *testing.B) {
+	b.Run("default-64", func(b *testing.B) {
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < b.N; i++ {
+					Free(Alloc(64, DefaultMemAlloc), DefaultMemAlloc)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// BenchmarkMixedBatch: 1024 allocations of 64..176 bytes, then 1024 frees;
+// ns/op is per allocation+free.
+func BenchmarkMixedBatch(b *testing.B) {
+	var ps [1024]unsafe.Pointer
+	for i := 0; i < b.N; i += len(ps) {
+		for j := range ps {
+			ps[j] = Alloc(uintptr(64+16*(j%8)), DefaultMemAlloc)
+		}
+		for _, p := range ps {
+			Free(p, DefaultMemAlloc)
+		}
+	}
+}
+
+func BenchmarkPinnedAllocFree(b *testing.B) {
+	pinned := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkPinned, AtvTrue}})
+	if pinned == NullAllocator {
+		b.Skip("no pinned allocator")
+	}
+	defer DestroyAllocator(pinned)
+	b.Run("1MiB", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			p := Alloc(1<<20, pinned)
+			if p == nil {
+				b.Fatal("pinned allocation failed")
+			}
+			Free(p, pinned)
+		}
+	})
+}

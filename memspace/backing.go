@@ -1,0 +1,75 @@
+package memspace
+
+// Kind says where the memory of a memory space lives.
+type Kind int
+
+// Kinds of memory. The zero Kind is KindUnknown.
+const (
+	KindUnknown      Kind = iota
+	KindHost              // ordinary host memory from the C heap
+	KindTargetHost        // page-locked host memory from a device driver
+	KindTargetShared      // memory shared between host and device (managed)
+	KindTargetDevice      // memory on a device, not addressable by the host
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindHost:
+		return "host"
+	case KindTargetHost:
+		return "target-host"
+	case KindTargetShared:
+		return "target-shared"
+	case KindTargetDevice:
+		return "target-device"
+	}
+	return "unknown"
+}
+
+// Backing describes what serves a memory space on this host.
+type Backing struct {
+	ID       ID
+	Memory   string // what backs it, in words
+	Kind     Kind
+	BackedBy ID // the memory space whose memory is really used: Default for the substitutes, ID otherwise
+}
+
+// Describe says what backs id. The host memory spaces other than default are
+// served by default host memory (see the package documentation); an unknown
+// or runtime-made handle gets KindUnknown.
+func Describe(id ID) Backing {
+	b := Backing{ID: id, Kind: KindHost, BackedBy: id}
+	switch id {
+	case Default:
+		b.Memory = "host memory from the C heap (libc chunks sub-allocated by the runtime)"
+	case LargeCap:
+		b.Memory = "default host memory (no large-capacity memory on this host)"
+		b.BackedBy = Default
+	case HighBw:
+		b.Memory = "default host memory (no high-bandwidth memory on this host)"
+		b.BackedBy = Default
+	case LowLat:
+		b.Memory = "default host memory (no low-latency memory on this host)"
+		b.BackedBy = Default
+	case Const:
+		b.Memory = "default host memory (no read-only memory on this host; writes are not trapped)"
+		b.BackedBy = Default
+	case TargetHost:
+		b.Kind = KindTargetHost
+		b.Memory = "page-locked host memory allocated by the device driver"
+	case TargetShared:
+		b.Kind = KindTargetShared
+		b.Memory = "memory shared by host and device, allocated by the device driver"
+	case TargetDevice:
+		b.Kind = KindTargetDevice
+		b.Memory = "device memory allocated by the device driver (not host-addressable)"
+	default:
+		b.Kind = KindUnknown
+		if id.IsRuntime() {
+			b.Memory = "a memory space made at run time; ask the runtime that made it"
+		} else {
+			b.Memory = "not a memory space"
+		}
+	}
+	return b
+}

@@ -1,0 +1,162 @@
+package memspace_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+)
+
+func TestNumbersMatchLLVMOmpH(t *testing.T) {
+	// Values from LLVM's omp.h (omp_memspace_handle_t).
+	cases := []struct {
+		id   memspace.ID
+		want uintptr
+		name string
+	}{
+		{memspace.Null, 0, "omp_null_mem_space"},
+		{memspace.LargeCap, 1, "omp_large_cap_mem_space"},
+		{memspace.Const, 2, "omp_const_mem_space"},
+		{memspace.HighBw, 3, "omp_high_bw_mem_space"},
+		{memspace.LowLat, 4, "omp_low_lat_mem_space"},
+		{memspace.Default, 99, "omp_default_mem_space"},
+		{memspace.TargetHost, 100, "llvm_omp_target_host_mem_space"},
+		{memspace.TargetShared, 101, "llvm_omp_target_shared_mem_space"},
+		{memspace.TargetDevice, 102, "llvm_omp_target_device_mem_space"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, uintptr(c.id))
+			require.Equal(t, c.name, c.id.String())
+			got, ok := memspace.ByName(c.name)
+			require.True(t, ok)
+			require.Equal(t, c.id, got)
+		})
+	}
+}
+
+func TestByNameIsExact(t *testing.T) {
+	for _, name := range []string{
+		"", "omp_default_mem_spac", "omp_default_mem_space ", "OMP_DEFAULT_MEM_SPACE",
+		"default", "omp_default_mem_alloc", "omp_default_mem_space:alignment=64",
+	} {
+		id, ok := memspace.ByName(name)
+		require.False(t, ok, "%q", name)
+		require.Equal(t, memspace.Null, id)
+	}
+}
+
+func TestValidAndIsTarget(t *testing.T) {
+	cases := []struct {
+		id            memspace.ID
+		valid, target bool
+		runtime       bool
+	}{
+		{memspace.Null, false, false, false},
+		{memspace.Default, true, false, false},
+		{memspace.LargeCap, true, false, false},
+		{memspace.Const, true, false, false},
+		{memspace.HighBw, true, false, false},
+		{memspace.LowLat, true, false, false},
+		{memspace.TargetHost, true, true, false},
+		{memspace.TargetShared, true, true, false},
+		{memspace.TargetDevice, true, true, false},
+		{5, false, false, false},
+		{98, false, false, false},
+		{103, false, false, false},
+		{memspace.FirstRuntime - 1, false, false, false},
+		{memspace.FirstRuntime, false, false, true},
+		{memspace.FirstRuntime + 7, false, false, true},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(uintptr(c.id)), func(t *testing.T) {
+			require.Equal(t, c.valid, c.id.Valid())
+			require.Equal(t, c.target, c.id.IsTarget())
+			require.Equal(t, c.runtime, c.id.IsRuntime())
+		})
+	}
+}
+
+func TestStringOfUnknownHandles(t *testing.T) {
+	require.Equal(t, "memspace(5)", memspace.ID(5).String())
+	require.Equal(t, "memspace(runtime 0x1002)", (memspace.FirstRuntime + 2).String())
+}
+
+func TestAll(t *testing.T) {
+	all := memspace.All()
+	require.Len(t, all, 8)
+	require.Equal(t, memspace.Default, all[0], "default comes first")
+	seen := map[memspace.ID]bool{}
+	for _, id := range all {
+		require.True(t, id.Valid(), "%v", id)
+		require.False(t, seen[id], "duplicate %v", id)
+		seen[id] = true
+		back, ok := memspace.ByName(id.String())
+		require.True(t, ok)
+		require.Equal(t, id, back)
+	}
+	all[0] = memspace.Null
+	require.Equal(t, memspace.Default, memspace.All()[0], "All returns a fresh slice")
+}
+
+func TestDescribe(t *testing.T) {
+	cases := []struct {
+		id       memspace.ID
+		kind     memspace.Kind
+		backedBy memspace.ID
+	}{
+		{memspace.Default, memspace.KindHost, memspace.Default},
+		// The decision documented in doc.go: no special memory on this host, so
+		// these four are served by default host memory (as libgomp does).
+		{memspace.LargeCap, memspace.KindHost, memspace.Default},
+		{memspace.HighBw, memspace.KindHost, memspace.Default},
+		{memspace.LowLat, memspace.KindHost, memspace.Default},
+		{memspace.Const, memspace.KindHost, memspace.Default},
+		{memspace.TargetHost, memspace.KindTargetHost, memspace.TargetHost},
+		{memspace.TargetShared, memspace.KindTargetShared, memspace.TargetShared},
+		{memspace.TargetDevice, memspace.KindTargetDevice, memspace.TargetDevice},
+		{memspace.Null, memspace.KindUnknown, memspace.Null},
+		{memspace.FirstRuntime, memspace.KindUnknown, memspace.FirstRuntime},
+	}
+	for _, c := range cases {
+		t.Run(c.id.String(), func(t *testing.T) {
+			b := memspace.Describe(c.id)
+			require.Equal(t, c.id, b.ID)
+			require.Equal(t, c.kind, b.Kind)
+			require.Equal(t, c.backedBy, b.BackedBy)
+			require.NotEmpty(t, b.Memory)
+			if c.backedBy == memspace.Default && c.id != memspace.Default {
+				require.True(t, strings.HasPrefix(b.Memory, "default host memory"), b.Memory)
+			}
+		})
+	}
+}
+
+func TestKindString(t *testing.T) {
+	require.Equal(t, "host", memspace.KindHost.String())
+	require.Equal(t, "target-host", memspace.KindTargetHost.String())
+	require.Equal(t, "target-shared", memspace.KindTargetShared.String())
+	require.Equal(t, "target-device", memspace.KindTargetDevice.String())
+	require.Equal(t, "unknown", memspace.KindUnknown.String())
+	require.Equal(t, "unknown", memspace.Kind(42).String())
+}
+
+func ExampleDescribe() {
+	for _, id := range []memspace.ID{memspace.Default, memspace.HighBw, memspace.TargetDevice} {
+		b := memspace.Describe(id)
+		fmt.Printf("%s: %s, served by %s\n", id, b.Kind, b.BackedBy)
+	}
+	// Output:
+	// omp_default_mem_space: host, served by omp_default_mem_space
+	// omp_high_bw_mem_space: host, served by omp_default_mem_space
+	// llvm_omp_target_device_mem_space: target-device, served by llvm_omp_target_device_mem_space
+}
+
+func ExampleByName() {
+	id, ok := memspace.ByName("omp_large_cap_mem_space")
+	fmt.Println(uintptr(id), ok, id.Valid())
+	// Output: 1 true true
+}

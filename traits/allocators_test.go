@@ -1,0 +1,85 @@
+package traits_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+func TestPredefinedAllocators(t *testing.T) {
+	// Handles from LLVM's omp.h, with the memory space each draws from.
+	cases := []struct {
+		name string
+		h    uintptr
+		ms   memspace.ID
+	}{
+		{"omp_default_mem_alloc", 1, memspace.Default},
+		{"omp_large_cap_mem_alloc", 2, memspace.LargeCap},
+		{"omp_const_mem_alloc", 3, memspace.Const},
+		{"omp_high_bw_mem_alloc", 4, memspace.HighBw},
+		{"omp_low_lat_mem_alloc", 5, memspace.LowLat},
+		{"omp_cgroup_mem_alloc", 6, memspace.Default},
+		{"omp_pteam_mem_alloc", 7, memspace.Default},
+		{"omp_thread_mem_alloc", 8, memspace.Default},
+		{"llvm_omp_target_host_mem_alloc", 100, memspace.TargetHost},
+		{"llvm_omp_target_shared_mem_alloc", 101, memspace.TargetShared},
+		{"llvm_omp_target_device_mem_alloc", 102, memspace.TargetDevice},
+	}
+	var hs []uintptr
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, ok := traits.AllocatorByName(c.name)
+			require.True(t, ok)
+			require.Equal(t, c.h, h)
+			require.Equal(t, c.name, traits.AllocatorName(c.h))
+			ms, ok := traits.AllocatorMemspace(c.h)
+			require.True(t, ok)
+			require.Equal(t, c.ms, ms)
+		})
+		hs = append(hs, c.h)
+	}
+	require.Equal(t, hs, traits.PredefinedAllocators())
+}
+
+func TestAllocatorLookupsRefuseOthers(t *testing.T) {
+	for _, n := range []string{"", "omp_null_allocator", "OMP_DEFAULT_MEM_ALLOC", "omp_default_mem_space", "omp_default_mem_alloc_xyz", "1"} {
+		_, ok := traits.AllocatorByName(n)
+		require.False(t, ok, n)
+	}
+	require.Equal(t, "omp_null_allocator", traits.AllocatorName(0))
+	require.Equal(t, "allocator(0x9)", traits.AllocatorName(9))
+	require.Equal(t, "allocator(0xc0001230)", traits.AllocatorName(0xc0001230))
+	_, ok := traits.AllocatorMemspace(0)
+	require.False(t, ok)
+	_, ok = traits.AllocatorMemspace(9)
+	require.False(t, ok)
+}
+
+func TestMemspaceAllocator(t *testing.T) {
+	want := map[memspace.ID]uintptr{
+		memspace.Default: 1, memspace.LargeCap: 2, memspace.Const: 3, memspace.HighBw: 4,
+		memspace.LowLat: 5, memspace.TargetHost: 100, memspace.TargetShared: 101, memspace.TargetDevice: 102,
+	}
+	for _, ms := range memspace.All() {
+		h, ok := traits.MemspaceAllocator(ms)
+		require.True(t, ok, "%v", ms)
+		require.Equal(t, want[ms], h, "%v", ms)
+		back, _ := traits.AllocatorMemspace(h)
+		require.Equal(t, ms, back)
+	}
+	_, ok := traits.MemspaceAllocator(memspace.Null)
+	require.False(t, ok)
+	_, ok = traits.MemspaceAllocator(memspace.FirstRuntime)
+	require.False(t, ok)
+}
+
+func ExampleAllocatorByName() {
+	h, ok := traits.AllocatorByName("omp_high_bw_mem_alloc")
+	ms, _ := traits.AllocatorMemspace(h)
+	fmt.Println(h, ok, traits.AllocatorName(h), ms, memspace.Describe(ms).BackedBy)
+	// Output: 4 true omp_high_bw_mem_alloc omp_high_bw_mem_space omp_default_mem_space
+}

@@ -1,0 +1,207 @@
+package traits
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/ompalloc/ompalloc/memspace"
+)
+
+// EnvVar is the environment variable ParseEnv reads the syntax of.
+const EnvVar = "OMP_ALLOCATOR"
+
+// ErrInvalidEnv is wrapped by every error ParseEnv returns.
+var ErrInvalidEnv = errors.New("invalid " + EnvVar)
+
+// EnvError reports a bad OMP_ALLOCATOR value. It unwraps to ErrInvalidEnv
+// and, when a trait value was at fault, to the *TraitError as well (so
+// errors.Is(err, ErrInvalidTrait) holds for those).
+type EnvError struct {
+	Value  string // the whole value, as given
+	Reason string // what was wrong, naming the bad name, key or value
+	Err    error  // the underlying *TraitError, or nil
+}
+
+func (e *EnvError) Error() string {
+	return fmt.Sprintf("%s=%q: %s", EnvVar, e.Value, e.Reason)
+}
+
+func (e *EnvError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidEnv, e.Err}
+	}
+	return []error{ErrInvalidEnv}
+}
+
+// EnvSpec is what an OMP_ALLOCATOR value asks for.
+type EnvSpec struct {
+	// Allocator is the predefined allocator to use, when the value names one
+	// or is a bare memory space (which maps to that memory space's predefined
+	// allocator, as in libgomp). 0 when Traits ask for a new allocator.
+	Allocator uintptr
+	// Memspace is always set: the memory space named, or the one the
+	// predefined allocator draws from.
+	Memspace memspace.ID
+	// Traits, in the order given, for a new allocator on Memspace; nil
+	// when Allocator is set.
+	Traits []Trait
+}
+
+// envKeys are the keys OpenMP 5.1 allows in OMP_ALLOCATOR.
+var envKeys = []Key{SyncHint, Alignment, Access, PoolSize, Fallback, FbData, Pinned, Partition}
+
+func isEnvKey(k Key) bool {
+	for _, e := range envKeys {
+		if e == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseEnv parses an OMP_ALLOCATOR value (OpenMP 5.1):
+//
+//	<predefined allocator> | <memory space> | <memory space>:<key>=<value>[,<key>=<value>...]
+//
+// Names and values are compared ignoring case and surrounding white space,
+// as OpenMP specifies for environment variables. The keys are sync_hint,
+// alignment, access, pool_size, fallback, fb_data, pinned and partition;
+// alignment and pool_size take plain decimal numbers of bytes (no sign, no
+// suffix such as K or M: neither LLVM nor libgomp accepts one), fb_data takes
+// a predefined allocator name, pinned takes true or false, the others take
+// value names (fallback=null_fb, access=all, sync_hint=contended,
+// partition=blocked). A key given twice: the last wins, as in FromList.
+//
+// Unlike LLVM, which skips a bad trait with a warning and keeps the others,
+// any fault rejects the whole value: the caller then warns once and keeps
+// omp_default_mem_alloc. Numeric allocator handles ("3") are not accepted.
+// The traits are validated with FromList, so alignment=3 or
+// fallback=allocator_fb without fb_data are errors here; whether the memory
+// space can serve the allocator is left to package alloc.
+func ParseEnv(value string) (EnvSpec, error) {
+	fail := func(err error, format string, args ...any) (EnvSpec, error) {
+		return EnvSpec{}, &EnvError{Value: value, Reason: fmt.Sprintf(format, args...), Err: err}
+	}
+	s := strings.TrimSpace(value)
+	if s == "" {
+		return fail(nil, "empty value")
+	}
+	head, rest, hasTraits := strings.Cut(s, ":")
+	head = strings.TrimSpace(head)
+	name := asciiLower(head)
+	if !hasTraits {
+		if h, ok := AllocatorByName(name); ok {
+			ms, _ := AllocatorMemspace(h)
+			return EnvSpec{Allocator: h, Memspace: ms}, nil
+		}
+		if ms, ok := memspace.ByName(name); ok && ms.Valid() {
+			h, _ := MemspaceAllocator(ms)
+			return EnvSpec{Allocator: h, Memspace: ms}, nil
+		}
+		return fail(nil, "unknown allocator or memory space %q", head)
+	}
+	ms, ok := memspace.ByName(name)
+	if !ok || !ms.Valid() {
+		if _, isAlloc := AllocatorByName(name); isAlloc {
+			return fail(nil, "traits follow a memory space, not an allocator: %q", head)
+		}
+		return fail(nil, "unknown memory space %q", head)
+	}
+	if strings.TrimSpace(rest) == "" {
+		return fail(nil, "no traits after %q", head+":")
+	}
+	var ts []Trait
+	for _, item := range strings.Split(rest, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return fail(nil, "empty trait in the list after %q", head+":")
+		}
+		k, v, ok := strings.Cut(item, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return fail(nil, "trait %q has no value (want key=value)", item)
+		case k == "":
+			return fail(nil, "missing trait name in %q", item)
+		case v == "":
+			return fail(nil, "missing value for trait %q", k)
+		}
+		key, known := KeyByName(k)
+		if !known || strings.HasPrefix(asciiLower(k), "omp_atk_") {
+			return fail(nil, "unknown trait %q", k)
+		}
+		if !isEnvKey(key) {
+			return fail(nil, "trait %q cannot be set through %s", k, EnvVar)
+		}
+		val, err := parseEnvValue(key, v)
+		if err != nil {
+			return fail(err, "%s=%s: %s", k, v, reasonOf(err))
+		}
+		ts = append(ts, Trait{Key: key, Value: val})
+	}
+	if _, err := FromList(ts); err != nil {
+		var te *TraitError
+		if errors.As(err, &te) {
+			return fail(err, "%s=%s: %s", te.Key.Name(), formatValue(te.Key, te.Value), te.Reason)
+		}
+		return fail(err, "%v", err)
+	}
+	return EnvSpec{Memspace: ms, Traits: ts}, nil
+}
+
+// reasonOf returns the Reason of a *TraitError, or the error's text.
+func reasonOf(err error) string {
+	var te *TraitError
+	if errors.As(err, &te) {
+		return te.Reason
+	}
+	return err.Error()
+}
+
+// parseEnvValue turns the text of a value into a trait value for key k.
+func parseEnvValue(k Key, text string) (uintptr, error) {
+	r := rules[k]
+	lower := asciiLower(text)
+	switch r.kind {
+	case kEnum:
+		for _, a := range r.allowed {
+			if valueName(a) == lower {
+				return a, nil
+			}
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("unknown value %q (want one of %s)", text, r.allowedNames())}
+	case kHandle:
+		if h, ok := AllocatorByName(lower); ok {
+			return h, nil
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a predefined allocator name", text)}
+	}
+	// Numbers: decimal digits only; ParseUint refuses signs and, in base 10,
+	// underscores.
+	n, err := strconv.ParseUint(text, 10, strconv.IntSize)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is too large", text)}
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a decimal number of bytes", text)}
+	}
+	return uintptr(n), nil
+}
+
+// String writes the spec back in OMP_ALLOCATOR syntax; ParseEnv of the result
+// gives an equal EnvSpec.
+func (e EnvSpec) String() string {
+	if e.Allocator != 0 {
+		return AllocatorName(e.Allocator)
+	}
+	parts := make([]string, len(e.Traits))
+	for i, t := range e.Traits {
+		parts[i] = t.Key.Name() + "=" + formatValue(t.Key, t.Value)
+	}
+	if len(parts) == 0 {
+		return e.Memspace.String()
+	}
+	return e.Memspace.String() + ":" + strings.Join(parts, ",")
+}

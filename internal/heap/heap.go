@@ -131,9 +131,11 @@ type freeList struct {
 // touches it, so the lists need no lock and no atomic instruction. Trim
 // takes the caches away whole (see Trim).
 type pcache struct {
-	guard pcpu.Guard
-	lists [numClasses]freeList
-	_     [64]byte
+	guard  pcpu.Guard
+	lists  [numClasses]freeList
+	spans  [4]*span // freed medium spans kept whole, reused without the heap lock
+	nspans int
+	_      [64]byte
 }
 
 // Heap sub-allocates chunks from a Source: small blocks from per-P caches of
@@ -148,11 +150,13 @@ type Heap struct {
 	chunks   []*chunk
 	empty    int // chunks with no pages in use
 	partial  [numClasses]*span
-	huge     []*span // retained free huge regions
+	spare    [maxMedium/pageSize + 1][]*span // freed medium spans by page count, kept for reuse
+	spareN   int                             // bytes in spare
+	huge     []*span                         // retained free huge regions
 	retained uintptr
 	nhuge    int
 	mapped   uintptr
-	closed   bool
+	closed   atomic.Bool
 }
 
 // New returns a heap drawing on src.
@@ -217,7 +221,7 @@ func (h *Heap) allocSlot(c int) (uintptr, error) {
 // caches the rest on the current P.
 func (h *Heap) refill(c int) (uintptr, error) {
 	h.mu.Lock()
-	if h.closed {
+	if h.closed.Load() {
 		h.mu.Unlock()
 		return 0, ErrClosed
 	}
@@ -439,12 +443,31 @@ func (h *Heap) releaseChunk(ch *chunk) {
 // header: the user pointer is the span's start, aligned to 64 KiB or more.
 func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr, uintptr, error) {
 	foot := roundUp(max(size, 1), pageSize)
+	if foot <= maxMedium && align <= maxMedium {
+		if s := h.takeCachedSpan(foot/pageSize, align); s != nil {
+			s.owner, s.req = owner, size
+			s.state.Store(spanLarge)
+			if zero {
+				cmem.Zero(s.base, size)
+			}
+			return s.base, foot + hdrSize, nil
+		}
+	}
 	h.mu.Lock()
-	if h.closed {
+	if h.closed.Load() {
 		h.mu.Unlock()
 		return 0, 0, ErrClosed
 	}
 	if foot <= maxMedium && align <= maxMedium {
+		if s := h.reuseSpare(foot/pageSize, align); s != nil {
+			s.owner, s.req = owner, size
+			s.state.Store(spanLarge)
+			h.mu.Unlock()
+			if zero {
+				cmem.Zero(s.base, size)
+			}
+			return s.base, foot + hdrSize, nil
+		}
 		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
 		if err != nil {
 			h.mu.Unlock()
@@ -484,6 +507,34 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 		cmem.Zero(s.base, size)
 	}
 	return s.base, s.size + hdrSize, nil
+}
+
+// maxSpare bounds the bytes of freed medium spans a heap keeps whole.
+const maxSpare = 16 << 20
+
+// reuseSpare pops a kept medium span of exactly n pages aligned to align.
+// h.mu held.
+func (h *Heap) reuseSpare(n, align uintptr) *span {
+	l := h.spare[n]
+	for i := len(l) - 1; i >= 0; i-- {
+		if s := l[i]; s.base%align == 0 {
+			h.spare[n] = append(l[:i], l[i+1:]...)
+			h.spareN -= int(s.size)
+			return s
+		}
+	}
+	return nil
+}
+
+// dropSpare returns every kept medium span's pages to its chunk. h.mu held.
+func (h *Heap) dropSpare() {
+	for n, l := range h.spare {
+		for _, s := range l {
+			h.freeSpan(s)
+		}
+		h.spare[n] = nil
+	}
+	h.spareN = 0
 }
 
 // reuseHuge takes a retained region that fits foot bytes without wasting
@@ -603,30 +654,91 @@ func (h *Heap) freeSlot(c int, slot uintptr) {
 }
 
 func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if ch.huge == nil && ch.pages[(p-ch.base)>>pageShift].Load() != s {
-		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	if p != s.base {
+		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	switch st := s.state.Load(); {
-	case st == spanRetained || st == spanDead:
-		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
-	case st != spanLarge || p != s.base:
+	// The state change decides which of two racing frees wins.
+	if !s.state.CompareAndSwap(spanLarge, spanRetained) {
+		if st := s.state.Load(); st == spanRetained || st == spanDead {
+			return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+		}
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
-	if ch.huge == nil {
-		h.freeSpan(s)
+	if ch.huge == nil && h.cacheSpan(s) {
 		return b, nil
 	}
-	if h.retained+s.size <= h.cfg.KeepHuge && !h.closed {
-		s.state.Store(spanRetained)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keepOrFree(s)
+	return b, nil
+}
+
+// keepOrFree parks a freed large span (state retained) in the central
+// spares, or gives its memory back. h.mu held.
+func (h *Heap) keepOrFree(s *span) {
+	closed := h.closed.Load()
+	if s.chunk.huge == nil {
+		if h.spareN+int(s.size) <= maxSpare && !closed {
+			// Keep the span whole for the next block of its size: no page
+			// search, no new span, and for pinned heaps no relocking.
+			h.spare[s.npages] = append(h.spare[s.npages], s)
+			h.spareN += int(s.size)
+			return
+		}
+		h.freeSpan(s)
+		return
+	}
+	if h.retained+s.size <= h.cfg.KeepHuge && !closed {
 		h.huge = append(h.huge, s)
 		h.retained += s.size
-		return b, nil
+		return
 	}
 	h.releaseHuge(s)
-	return b, nil
+}
+
+// cacheSpan keeps a freed medium span in the current P's cache.
+func (h *Heap) cacheSpan(s *span) bool {
+	if h.closed.Load() {
+		return false
+	}
+	ok := false
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		if pc.nspans < len(pc.spans) {
+			pc.spans[pc.nspans] = s
+			pc.nspans++
+			ok = true
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return ok
+}
+
+// takeCachedSpan takes a cached medium span of n pages aligned to align
+// from the current P's cache.
+func (h *Heap) takeCachedSpan(n, align uintptr) *span {
+	var s *span
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		for i := pc.nspans - 1; i >= 0; i-- {
+			if c := pc.spans[i]; c.npages == n && c.base%align == 0 {
+				s = c
+				pc.nspans--
+				pc.spans[i] = pc.spans[pc.nspans]
+				pc.spans[pc.nspans] = nil
+				break
+			}
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return s
 }
 
 func (h *Heap) releaseHuge(s *span) {
@@ -693,9 +805,13 @@ func (h *Heap) Trim() uintptr {
 		for _, l := range pc.lists {
 			h.returnList(l.head)
 		}
+		for _, s := range pc.spans[:pc.nspans] {
+			h.keepOrFree(s)
+		}
 		pc.guard.Unlock()
 	}
 	before := h.mapped
+	h.dropSpare()
 	for _, s := range h.huge {
 		h.releaseHuge(s)
 	}
@@ -713,7 +829,7 @@ func (h *Heap) Trim() uintptr {
 func (h *Heap) Close() {
 	h.Trim()
 	h.mu.Lock()
-	h.closed = true
+	h.closed.Store(true)
 	h.cfg.KeepChunks, h.cfg.KeepHuge = 0, 0
 	h.mu.Unlock()
 }

@@ -1,0 +1,408 @@
+package amdgpu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// device is one GPU agent. Driver calls that change what it tracks run
+// under mu; none is on a hot path (the generic layer's registry answers
+// repeated locks, and a copy costs microseconds anyway).
+//
+// Lock order: a queue's mu before the device's mu, never the reverse.
+type device struct {
+	fn    *syms
+	index int
+	agent uint64   // hsa_agent_t of the GPU
+	cpu   uint64   // hsa_agent_t of the CPU whose pool host memory comes from
+	gpus  []uint64 // every GPU agent: host memory is made accessible to all
+	pools agentPools
+	host  *pool // the CPU's fine-grained pool; nil when there is none
+	info  plugin.Info
+
+	mu     sync.Mutex
+	closed bool
+	allocs map[uintptr]plugin.MemKind
+	locks  map[uintptr][]uintptr // LockHost start → sizes, most recent last
+	temp   map[uintptr]int       // start of a lock Copy took for transfers in flight → how many
+	queues map[*queue]struct{}
+}
+
+func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools agentPools, host *pool) (*device, error) {
+	d := &device{
+		fn: &p.fn, index: index, agent: agent, cpu: cpu, gpus: gpus, pools: pools, host: host,
+		allocs: map[uintptr]plugin.MemKind{}, locks: map[uintptr][]uintptr{},
+		temp: map[uintptr]int{}, queues: map[*queue]struct{}{},
+	}
+	var name, product [agentNameSize]byte
+	if err := p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), agentInfoName, uintptr(unsafe.Pointer(&name))); err != nil {
+		return nil, err
+	}
+	gfx := fixedString(name[:])
+	d.info = plugin.Info{
+		Name: gfx, Vendor: "amd", Driver: p.path, Version: p.version,
+		Capability: gfx, NUMANode: -1,
+	}
+	// The marketing name is an AMD extension; without it the gfx name serves.
+	if p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), amdAgentInfoProduct, uintptr(unsafe.Pointer(&product))) == nil {
+		if s := fixedString(product[:]); s != "" {
+			d.info.Name = s
+		}
+	}
+	if pools.coarse != nil {
+		d.info.Memory = pools.coarse.size
+	}
+	return d, nil
+}
+
+func (d *device) Info() plugin.Info { return d.info }
+
+func (d *device) errorf(err error, format string, args ...any) error {
+	return fmt.Errorf("amdgpu device %d: %s: %w", d.index, fmt.Sprintf(format, args...), err)
+}
+
+// Alloc: MemDevice from the GPU's coarse-grained pool; MemHost and MemShared
+// from the CPU's fine-grained pool, made accessible to every GPU as LLVM
+// does, so that any device can copy from it (see the package documentation
+// for why shared is host memory).
+func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
+	var pl *pool
+	switch kind {
+	case plugin.MemDevice:
+		pl = d.pools.coarse
+	case plugin.MemHost, plugin.MemShared:
+		pl = d.host
+	default:
+		return 0, d.errorf(ErrInvalid, "alloc of %s memory", kind)
+	}
+	if n == 0 {
+		return 0, d.errorf(ErrInvalid, "alloc of 0 bytes of %s memory", kind)
+	}
+	if pl == nil {
+		return 0, d.errorf(ErrNoPool, "alloc of %s memory", kind)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, d.errorf(ErrClosed, "alloc")
+	}
+	var p uintptr
+	if err := d.fn.status("hsa_amd_memory_pool_allocate", d.fn.poolAllocate, uintptr(pl.handle), n, 0, uintptr(unsafe.Pointer(&p))); err != nil {
+		return 0, d.errorf(err, "alloc of %d bytes of %s memory", n, kind)
+	}
+	if kind != plugin.MemDevice {
+		if err := d.fn.status("hsa_amd_agents_allow_access", d.fn.allowAccess, uintptr(len(d.gpus)), uintptr(unsafe.Pointer(&d.gpus[0])), 0, p); err != nil {
+			_ = d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p)
+			return 0, d.errorf(err, "alloc of %d bytes of %s memory", n, kind)
+		}
+	}
+	d.allocs[p] = kind
+	return p, nil
+}
+
+// Free releases memory Alloc returned with the same kind.
+func (d *device) Free(kind plugin.MemKind, p uintptr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if k, ok := d.allocs[p]; !ok || k != kind {
+		return d.errorf(ErrNotAllocated, "free of %s memory at %#x", kind, p)
+	}
+	if err := d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p); err != nil {
+		return d.errorf(err, "free of %s memory at %#x", kind, p)
+	}
+	delete(d.allocs, p)
+	return nil
+}
+
+// LockHost locks [p, p+n) for this GPU and returns the agent pointer, the
+// address the GPU uses for p.
+func (d *device) LockHost(p, n uintptr) (uintptr, error) {
+	if p == 0 || n == 0 || p+n < p {
+		return 0, d.errorf(ErrInvalid, "lock %#x+%d", p, n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, d.errorf(ErrClosed, "lock")
+	}
+	dev, err := d.lockLocked(p, n)
+	if err != nil {
+		return 0, d.errorf(err, "lock %#x+%d", p, n)
+	}
+	d.locks[p] = append(d.locks[p], n)
+	return dev, nil
+}
+
+func (d *device) lockLocked(p, n uintptr) (uintptr, error) {
+	agent := d.agent
+	var dev uintptr
+	err := d.fn.status("hsa_amd_memory_lock", d.fn.memLock, p, n, uintptr(unsafe.Pointer(&agent)), 1, uintptr(unsafe.Pointer(&dev)))
+	return dev, err
+}
+
+// UnlockHost releases the most recent LockHost at p.
+func (d *device) UnlockHost(p uintptr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sizes := d.locks[p]
+	if len(sizes) == 0 {
+		return d.errorf(ErrNotLocked, "unlock %#x", p)
+	}
+	if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, p); err != nil {
+		return d.errorf(err, "unlock %#x", p)
+	}
+	if len(sizes) == 1 {
+		delete(d.locks, p)
+	} else {
+		d.locks[p] = sizes[:len(sizes)-1]
+	}
+	return nil
+}
+
+// ExternalLock asks the runtime whether [p, p+n) lies in memory locked with
+// hsa_amd_memory_lock by someone other than this device. A runtime without
+// hsa_amd_pointer_info cannot tell: it answers no.
+func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+	if p == 0 || n == 0 || p+n < p {
+		return pinned.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	info, err := d.pointerInfo(p)
+	if err != nil || info.Type != pointerTypeLocked {
+		return pinned.External{}, false, err
+	}
+	if _, ours := d.locks[info.HostBase]; ours {
+		return pinned.External{}, false, nil
+	}
+	if d.temp[info.HostBase] > 0 {
+		return pinned.External{}, false, nil
+	}
+	ext := pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
+	if inside := p >= ext.Host && p-ext.Host < ext.Size && n <= ext.Size-(p-ext.Host); !inside {
+		return ext, false, d.errorf(ErrPartialExternalLock, "%#x+%d against [%#x, +%d)", p, n, ext.Host, ext.Size)
+	}
+	return ext, true, nil
+}
+
+// pointerInfo asks what the runtime knows of p; a runtime without
+// hsa_amd_pointer_info knows nothing (type unknown).
+func (d *device) pointerInfo(p uintptr) (pointerInfo, error) {
+	info := pointerInfo{Size: uint32(unsafe.Sizeof(pointerInfo{}))}
+	if d.fn.pointerInfo == 0 {
+		return info, nil
+	}
+	if err := d.fn.status("hsa_amd_pointer_info", d.fn.pointerInfo, p, uintptr(unsafe.Pointer(&info)), 0, 0, 0); err != nil {
+		return info, d.errorf(err, "pointer info of %#x", p)
+	}
+	return info, nil
+}
+
+// reach returns the address this GPU uses for host range [p, p+n), and the
+// start of a lock taken just for the transfer (0 when none) that the caller
+// releases once the copy completed.
+func (d *device) reach(p, n uintptr) (addr, temp uintptr, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, 0, d.errorf(ErrClosed, "copy")
+	}
+	info, err := d.pointerInfo(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	switch info.Type {
+	case pointerTypeLocked:
+		if p >= info.HostBase && p-info.HostBase < info.SizeInBytes {
+			if n > info.SizeInBytes-(p-info.HostBase) {
+				return 0, 0, d.errorf(ErrPartialExternalLock, "copy of %#x+%d against locked [%#x, +%d)", p, n, info.HostBase, info.SizeInBytes)
+			}
+			if d.temp[info.HostBase] > 0 {
+				// Another transfer's lock: it must outlive this copy too.
+				d.temp[info.HostBase]++
+				temp = info.HostBase
+			}
+			return info.AgentBase + (p - info.HostBase), temp, nil
+		}
+		return p, 0, nil // already the agent pointer
+	case pointerTypeHSA:
+		return p, 0, nil
+	}
+	if d.fn.pointerInfo == 0 {
+		return p, 0, nil // cannot tell; trust the caller
+	}
+	dev, err := d.lockLocked(p, n)
+	if err != nil {
+		return 0, 0, d.errorf(err, "lock of pageable %#x+%d for a copy", p, n)
+	}
+	d.temp[p]++
+	return dev, p, nil
+}
+
+// release drops a transfer's reference to a lock reach took; the last one
+// unlocks.
+func (d *device) release(temp uintptr) error {
+	if temp == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.temp[temp]--; d.temp[temp] > 0 {
+		return nil
+	}
+	delete(d.temp, temp)
+	if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, temp); err != nil {
+		return d.errorf(err, "unlock after copy %#x", temp)
+	}
+	return nil
+}
+
+// Copy copies n bytes with hsa_amd_memory_async_copy; with q == nil it waits
+// for the copy. Host to host is a memmove, after q's earlier work.
+func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
+	if n == 0 {
+		return nil
+	}
+	if dst == 0 || src == 0 || dst+n < dst || src+n < src {
+		return d.errorf(ErrInvalid, "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
+	}
+	var dq *queue
+	if q != nil {
+		var ok bool
+		if dq, ok = q.(*queue); !ok || dq.d != d {
+			return d.errorf(ErrForeignQueue, "copy %s", dir)
+		}
+	}
+	var temp uintptr
+	var err error
+	switch dir {
+	case plugin.HostToHost:
+		if dq != nil {
+			if err := dq.Synchronize(); err != nil {
+				return err
+			}
+		}
+		cmem.Copy(dst, src, n)
+		return nil
+	case plugin.HostToDevice:
+		src, temp, err = d.reach(src, n)
+	case plugin.DeviceToHost:
+		dst, temp, err = d.reach(dst, n)
+	case plugin.DeviceToDevice:
+		d.mu.Lock()
+		if d.closed {
+			err = d.errorf(ErrClosed, "copy")
+		}
+		d.mu.Unlock()
+	default:
+		err = d.errorf(ErrInvalid, "copy in direction %d", dir)
+	}
+	if err != nil {
+		return err
+	}
+	if dq != nil {
+		if err := dq.submit(dst, src, n, temp); err != nil {
+			return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.release(temp))
+		}
+		return nil
+	}
+	sig, err := d.fn.newSignal()
+	if err != nil {
+		return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.release(temp))
+	}
+	if err := d.fn.asyncCopy(dst, src, n, d.agent, 0, sig); err != nil {
+		return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.fn.destroySignal(sig), d.release(temp))
+	}
+	d.fn.waitZero(sig)
+	return errors.Join(d.fn.destroySignal(sig), d.release(temp))
+}
+
+// NewQueue creates an in-order queue: a chain of completion signals.
+func (d *device) NewQueue() (plugin.QueueImpl, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, d.errorf(ErrClosed, "new queue")
+	}
+	q := &queue{d: d}
+	d.queues[q] = struct{}{}
+	return q, nil
+}
+
+// Close waits for and destroys the queues, frees what Alloc returned and
+// undoes what LockHost locked. Later calls fail with ErrClosed.
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qs := make([]*queue, 0, len(d.queues))
+	for q := range d.queues {
+		qs = append(qs, q)
+	}
+	d.mu.Unlock()
+	var errs []error
+	for _, q := range qs {
+		errs = append(errs, q.Destroy())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for p, kind := range d.allocs {
+		if err := d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p); err != nil {
+			errs = append(errs, d.errorf(err, "free of %s memory at %#x", kind, p))
+		}
+		delete(d.allocs, p)
+	}
+	for p, sizes := range d.locks {
+		for range sizes {
+			if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, p); err != nil {
+				errs = append(errs, d.errorf(err, "unlock %#x", p))
+			}
+		}
+		delete(d.locks, p)
+	}
+	return errors.Join(errs...)
+}
+
+// newSignal creates a completion signal with value 1; the copy it is given
+// to decrements it to 0.
+func (s *syms) newSignal() (uint64, error) {
+	var sig uint64
+	err := s.status("hsa_signal_create", s.signalCreate, 1, 0, 0, uintptr(unsafe.Pointer(&sig)))
+	return sig, err
+}
+
+func (s *syms) destroySignal(sig uint64) error {
+	return s.status("hsa_signal_destroy", s.signalDestroy, uintptr(sig))
+}
+
+// asyncCopy submits a copy on the GPU agent (LLVM passes the GPU's agent
+// for both sides once the host side is an agent pointer), after dep when it
+// is not 0, completing sig.
+func (s *syms) asyncCopy(dst, src, n uintptr, agent, dep, sig uint64) error {
+	var ndeps uintptr
+	if dep != 0 {
+		ndeps = 1
+	}
+	return s.status("hsa_amd_memory_async_copy", s.memAsyncCopy, dst, uintptr(agent), src, uintptr(agent), n, ndeps, uintptr(unsafe.Pointer(&dep)), uintptr(sig))
+}
+
+// done reports whether sig reached 0.
+func (s *syms) done(sig uint64) bool {
+	return int64(raw(s.signalLoad, uintptr(sig))) <= 0
+}
+
+// waitZero blocks until sig reaches 0. The runtime may return early
+// (timeouts are hints), hence the loop.
+func (s *syms) waitZero(sig uint64) {
+	for int64(raw(s.signalWait, uintptr(sig), signalConditionEQ, 0, ^uintptr(0), waitStateBlocked)) > 0 {
+	}
+}

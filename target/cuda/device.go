@@ -1,0 +1,235 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// device is one CUDA device with its retained primary context.
+type device struct {
+	drv    *driver
+	ord    int
+	dev    int32   // CUdevice
+	ctx    uintptr // CUcontext: the primary context, retained until Close
+	info   plugin.Info
+	closed atomic.Bool
+
+	mu     sync.Mutex
+	allocs map[uintptr]plugin.MemKind
+}
+
+func openDevice(drv *driver, ord int, version string) (*device, error) {
+	d := &device{drv: drv, ord: ord, allocs: map[uintptr]plugin.MemKind{}}
+	if err := drv.check("cuDeviceGet", call(drv.cuDeviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(ord))); err != nil {
+		return nil, err
+	}
+	var name [256]byte
+	if err := drv.check("cuDeviceGetName", call(drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(d.dev))); err != nil {
+		return nil, err
+	}
+	var mem uint64 // size_t
+	if err := drv.check("cuDeviceTotalMem", call(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&mem)), uintptr(d.dev))); err != nil {
+		return nil, err
+	}
+	var major, minor int32
+	if err := drv.check("cuDeviceGetAttribute", call(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&major)), cuDeviceAttributeComputeCapabilityMajor, uintptr(d.dev))); err != nil {
+		return nil, err
+	}
+	if err := drv.check("cuDeviceGetAttribute", call(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&minor)), cuDeviceAttributeComputeCapabilityMinor, uintptr(d.dev))); err != nil {
+		return nil, err
+	}
+	if err := drv.check("cuDevicePrimaryCtxRetain", call(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(d.dev))); err != nil {
+		return nil, err
+	}
+	n := 0
+	for n < len(name) && name[n] != 0 {
+		n++
+	}
+	d.info = plugin.Info{
+		Name:       string(name[:n]),
+		Vendor:     "nvidia",
+		Driver:     drv.lib.Path,
+		Version:    version,
+		Memory:     mem,
+		Capability: fmt.Sprintf("%d.%d", major, minor),
+		NUMANode:   -1,
+	}
+	return d, nil
+}
+
+func (d *device) Info() plugin.Info { return d.info }
+
+func (d *device) String() string { return fmt.Sprintf("CUDA device %d", d.ord) }
+
+// withCtx runs f on a locked OS thread whose current context is the
+// device's, and names f's failure after call. The driver's current context is
+// per OS thread, so the thread must not change between setting it and f.
+func (d *device) withCtx(name string, f func() result) error {
+	if d.closed.Load() {
+		return fmt.Errorf("%s: %v: %w", name, d, ErrClosed)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
+		return err
+	}
+	return d.drv.check(name, f())
+}
+
+// Alloc allocates n bytes: device memory (cuMemAlloc_v2), pinned host memory
+// every context can use (cuMemHostAlloc, PORTABLE|DEVICEMAP), or managed
+// memory (cuMemAllocManaged, ATTACH_GLOBAL).
+func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
+	if n == 0 {
+		return 0, fmt.Errorf("%v: alloc of 0 bytes of %s memory: %w", d, kind, ErrInvalid)
+	}
+	var p uintptr
+	var err error
+	switch kind {
+	case plugin.MemDevice:
+		err = d.withCtx("cuMemAlloc", func() result { return call(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&p)), n) })
+	case plugin.MemHost:
+		err = d.withCtx("cuMemHostAlloc", func() result {
+			return call(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), n, cuMemHostAllocPortable|cuMemHostAllocDeviceMap)
+		})
+	case plugin.MemShared:
+		if d.drv.cuMemAllocManaged == 0 {
+			return 0, fmt.Errorf("%v: cuMemAllocManaged missing in %s: %w", d, d.drv.lib.Path, ErrNotSupported)
+		}
+		err = d.withCtx("cuMemAllocManaged", func() result {
+			return call(d.drv.cuMemAllocManaged, uintptr(unsafe.Pointer(&p)), n, cuMemAttachGlobal)
+		})
+	default:
+		return 0, fmt.Errorf("%v: alloc of %s memory: %w", d, kind, ErrInvalid)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%v: alloc of %d bytes of %s memory: %w", d, n, kind, err)
+	}
+	d.mu.Lock()
+	d.allocs[p] = kind
+	d.mu.Unlock()
+	return p, nil
+}
+
+// Free releases memory Alloc returned with the same kind.
+func (d *device) Free(kind plugin.MemKind, p uintptr) error {
+	d.mu.Lock()
+	k, ok := d.allocs[p]
+	if ok && k == kind {
+		delete(d.allocs, p)
+	}
+	d.mu.Unlock()
+	if !ok || k != kind {
+		return fmt.Errorf("%v: free of %s memory at %#x: %w", d, kind, p, ErrNotAllocated)
+	}
+	return d.free(kind, p)
+}
+
+func (d *device) free(kind plugin.MemKind, p uintptr) error {
+	if kind == plugin.MemHost {
+		return d.withCtx("cuMemFreeHost", func() result { return call(d.drv.cuMemFreeHost, p) })
+	}
+	return d.withCtx("cuMemFree", func() result { return call(d.drv.cuMemFree, p) })
+}
+
+// Copy copies n bytes. With q nil it is synchronous (cuMemcpy*_v2);
+// otherwise it is enqueued on q's stream (cuMemcpy*Async_v2), and the host
+// side must stay untouched until the queue reports the work done.
+// Host-to-host copies are memmoves, after q's earlier work has completed.
+func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
+	if n == 0 {
+		return nil
+	}
+	if dst == 0 || src == 0 {
+		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, ErrInvalid)
+	}
+	var stream uintptr
+	if q != nil {
+		s, ok := q.(*Queue)
+		if !ok || s.d != d {
+			return fmt.Errorf("%v: copy %s on a queue of another device (%T): %w", d, dir, q, ErrInvalid)
+		}
+		if stream = s.handle(); stream == 0 {
+			return fmt.Errorf("%v: copy %s: queue %w", d, dir, ErrClosed)
+		}
+	}
+	var fn uintptr
+	var name string
+	switch {
+	case dir == plugin.HostToDevice && q == nil:
+		fn, name = d.drv.cuMemcpyHtoD, "cuMemcpyHtoD"
+	case dir == plugin.DeviceToHost && q == nil:
+		fn, name = d.drv.cuMemcpyDtoH, "cuMemcpyDtoH"
+	case dir == plugin.DeviceToDevice && q == nil:
+		fn, name = d.drv.cuMemcpyDtoD, "cuMemcpyDtoD"
+	case dir == plugin.HostToDevice:
+		fn, name = d.drv.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync"
+	case dir == plugin.DeviceToHost:
+		fn, name = d.drv.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync"
+	case dir == plugin.DeviceToDevice:
+		fn, name = d.drv.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync"
+	case dir == plugin.HostToHost:
+		if q != nil {
+			if err := q.Synchronize(); err != nil {
+				return err
+			}
+		}
+		cmem.Copy(dst, src, n)
+		return nil
+	default:
+		return fmt.Errorf("%v: copy in direction %s: %w", d, dir, ErrInvalid)
+	}
+	var err error
+	if q == nil {
+		err = d.withCtx(name, func() result { return call(fn, dst, src, n) })
+	} else {
+		err = d.withCtx(name, func() result { return call(fn, dst, src, n, stream) })
+	}
+	if err != nil {
+		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, err)
+	}
+	return nil
+}
+
+// NewQueue creates a non-blocking stream: it does not wait for, nor hold up,
+// synchronous work on the legacy default stream.
+func (d *device) NewQueue() (plugin.QueueImpl, error) {
+	var s uintptr
+	if err := d.withCtx("cuStreamCreate", func() result {
+		return call(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
+	}); err != nil {
+		return nil, fmt.Errorf("%v: %w", d, err)
+	}
+	q := &Queue{d: d}
+	q.stream.Store(uint64(s))
+	return q, nil
+}
+
+// Close releases what the device holds: its locks, its allocations and its
+// primary context. The device is unusable afterwards.
+func (d *device) Close() error {
+	if d.closed.Load() {
+		return nil
+	}
+	var errs []error
+	errs = append(errs, d.drv.regs.releaseAll(d))
+	d.mu.Lock()
+	allocs := d.allocs
+	d.allocs = map[uintptr]plugin.MemKind{}
+	d.mu.Unlock()
+	for p, k := range allocs {
+		errs = append(errs, d.free(k, p))
+	}
+	if d.closed.Swap(true) {
+		return errors.Join(errs...)
+	}
+	errs = append(errs, d.drv.check("cuDevicePrimaryCtxRelease", call(d.drv.cuDevicePrimaryCtxRelease, uintptr(d.dev))))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,23 @@
+// Package cuda is the plugin of NVIDIA GPUs, over the CUDA driver API
+// (libcuda.so.1) loaded at run time through purego, with no cgo.
+//
+// Nothing is loaded until Init. The library is found through loader.Lazy:
+// OMPALLOC_CUDA_LIBRARY names it explicitly, OMPALLOC_DISABLE_CUDA=1 switches
+// it off, and a machine without the driver simply has no CUDA devices (Init
+// returns an error wrapping loader.ErrNotFound). Init retains each device's
+// primary context; every driver call that needs a context runs on a locked OS
+// thread with that context made current, since the driver's current context
+// is per OS thread.
+//
+// Page-locking host memory is cuMemHostRegister_v2 with PORTABLE, in pieces of
+// at most 64 GiB. A registration is process-wide in CUDA, so the plugin keeps
+// one registration per host range, counted across devices: locking a buffer
+// for devices 0 and 1 registers it once, and the last unlock unregisters it.
+// Memory the user registered through the driver is reported by ExternalLock
+// and never unregistered here.
+//
+// Every driver failure is an *Error carrying the call, the CUresult and the
+// driver's name for it (cuGetErrorName), for example
+// "cuMemHostRegister: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)"; it
+// matches the code sentinels (ErrNoDevice, ...) with errors.Is.
+package cuda

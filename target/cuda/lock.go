@@ -1,0 +1,328 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/pinned"
+)
+
+// MaxRegister is the most one cuMemHostRegister call registers: single
+// registrations of 512 GiB and more are reported to fail, so larger ranges
+// are registered in pieces of this size.
+const MaxRegister = 64 << 30
+
+// piece is one cuMemHostRegister call's range.
+type piece struct{ host, size uintptr }
+
+// split cuts [p, p+n) into consecutive pieces of at most max bytes.
+func split(p, n, max uintptr) []piece {
+	if n == 0 || max == 0 {
+		return nil
+	}
+	out := make([]piece, 0, (n+max-1)/max)
+	for n > 0 {
+		s := min(n, max)
+		out = append(out, piece{p, s})
+		p, n = p+s, n-s
+	}
+	return out
+}
+
+// registration is one host range registered with the driver by this
+// package, shared by every device that locked it or a part of it.
+type registration struct {
+	host, size uintptr
+	pieces     []piece
+	refs       int // outstanding LockHost calls over every device
+}
+
+func (r *registration) contains(p, n uintptr) bool {
+	return p >= r.host && n <= r.size && p-r.host <= r.size-n
+}
+
+// holdKey is a device's lock at an address: UnlockHost(p) on that device
+// releases it.
+type holdKey struct {
+	d *device
+	p uintptr
+}
+
+type hold struct {
+	reg   *registration
+	count int
+}
+
+// registrations are the driver's process-wide host registrations made here.
+// One mutex covers the registering calls too: two devices locking the same
+// buffer at once must not both register it (the driver serialises
+// registration anyway).
+type registrations struct {
+	mu      sync.Mutex
+	byPiece map[uintptr]*registration // every piece's start
+	holds   map[holdKey]*hold
+}
+
+func (rs *registrations) init() {
+	rs.byPiece = map[uintptr]*registration{}
+	rs.holds = map[holdKey]*hold{}
+}
+
+// ownerLocked returns the registration made here that holds [p, p+n), if
+// any. Registrations never overlap (the driver refuses), so it is the one
+// holding p: found by p itself or by the piece start the driver reported for
+// p (start, when known), and only when the driver could not say, by a scan.
+func (rs *registrations) ownerLocked(p, n, start uintptr, known bool) *registration {
+	for _, s := range [2]uintptr{p, start} {
+		if r := rs.byPiece[s]; r != nil && r.contains(p, n) {
+			return r
+		}
+	}
+	if known {
+		return nil
+	}
+	for _, r := range rs.byPiece {
+		if r.contains(p, n) {
+			return r
+		}
+	}
+	return nil
+}
+
+// LockHost registers [p, p+n) with the driver (PORTABLE, so every context
+// sees it) in pieces of at most MaxRegister bytes and returns the device
+// address of p. A range this package registered already, for this device or
+// another, is shared and counted instead of registered again.
+func (d *device) LockHost(p, n uintptr) (uintptr, error) {
+	if p == 0 || n == 0 || p+n < p {
+		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, ErrInvalid)
+	}
+	rs := &d.drv.regs
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	key := holdKey{d, p}
+	if h := rs.holds[key]; h != nil && h.reg.contains(p, n) {
+		dev, err := d.devicePointer(p)
+		if err != nil {
+			return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+		}
+		h.count++
+		h.reg.refs++
+		return dev, nil
+	}
+	reg := rs.byPiece[p]
+	if reg == nil || !reg.contains(p, n) {
+		// Inside a registration made here at another address? Ask the
+		// driver where p's registration starts rather than fail a register.
+		reg = nil
+		if start, known := d.rangeStart(p); known {
+			reg = rs.ownerLocked(p, n, start, true)
+		}
+	}
+	registered := false
+	if reg == nil {
+		var err error
+		reg, err = d.register(p, n)
+		if errors.Is(err, ErrAlreadyRegistered) {
+			// The driver could not say where p's registration starts.
+			start, known := d.rangeStart(p)
+			if reg = rs.ownerLocked(p, n, start, known); reg == nil {
+				return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+			}
+		} else if err != nil {
+			return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+		} else {
+			registered = true
+		}
+	}
+	dev, err := d.devicePointer(p)
+	if err != nil {
+		if registered {
+			_ = d.unregister(reg.pieces)
+		}
+		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+	}
+	if registered {
+		for _, pc := range reg.pieces {
+			rs.byPiece[pc.host] = reg
+		}
+	}
+	h := rs.holds[key]
+	if h == nil {
+		h = &hold{reg: reg}
+		rs.holds[key] = h
+	}
+	h.count++
+	reg.refs++
+	return dev, nil
+}
+
+// register registers the pieces of [p, p+n), undoing them all on failure,
+// and checks that the device sees them as one contiguous range.
+func (d *device) register(p, n uintptr) (*registration, error) {
+	pieces := split(p, n, MaxRegister)
+	for i, pc := range pieces {
+		err := d.withCtx("cuMemHostRegister", func() result {
+			return call(d.drv.cuMemHostRegister, pc.host, pc.size, cuMemHostRegisterPortable|cuMemHostRegisterDeviceMap)
+		})
+		if err != nil {
+			_ = d.unregister(pieces[:i])
+			return nil, err
+		}
+	}
+	if len(pieces) > 1 {
+		base, err := d.devicePointer(p)
+		if err != nil {
+			_ = d.unregister(pieces)
+			return nil, err
+		}
+		for _, pc := range pieces[1:] {
+			dev, err := d.devicePointer(pc.host)
+			if err == nil && dev != base+(pc.host-p) {
+				err = fmt.Errorf("piece %#x+%d maps to device address %#x, not %#x: the device does not see the range as one",
+					pc.host, pc.size, dev, base+(pc.host-p))
+			}
+			if err != nil {
+				_ = d.unregister(pieces)
+				return nil, err
+			}
+		}
+	}
+	return &registration{host: p, size: n, pieces: pieces}, nil
+}
+
+func (d *device) unregister(pieces []piece) error {
+	var errs []error
+	for _, pc := range pieces {
+		errs = append(errs, d.withCtx("cuMemHostUnregister", func() result { return call(d.drv.cuMemHostUnregister, pc.host) }))
+	}
+	return errors.Join(errs...)
+}
+
+// devicePointer is the device's address for pinned host address p.
+func (d *device) devicePointer(p uintptr) (uintptr, error) {
+	var dev uintptr
+	err := d.withCtx("cuMemHostGetDevicePointer", func() result {
+		return call(d.drv.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&dev)), p, 0)
+	})
+	return dev, err
+}
+
+// UnlockHost releases a lock this device took at p; the registration goes
+// when no device holds it any more.
+func (d *device) UnlockHost(p uintptr) error {
+	rs := &d.drv.regs
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	key := holdKey{d, p}
+	h := rs.holds[key]
+	if h == nil {
+		return fmt.Errorf("%v: unlock %#x: %w", d, p, ErrNotLocked)
+	}
+	if h.count--; h.count == 0 {
+		delete(rs.holds, key)
+	}
+	return d.releaseLocked(h.reg, 1)
+}
+
+// releaseLocked drops k references to reg and unregisters it at zero.
+func (d *device) releaseLocked(reg *registration, k int) error {
+	rs := &d.drv.regs
+	if reg.refs -= k; reg.refs > 0 {
+		return nil
+	}
+	for _, pc := range reg.pieces {
+		delete(rs.byPiece, pc.host)
+	}
+	if err := d.unregister(reg.pieces); err != nil {
+		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
+	}
+	return nil
+}
+
+// releaseAll drops every lock d holds (at Close).
+func (rs *registrations) releaseAll(d *device) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var errs []error
+	for key, h := range rs.holds {
+		if key.d != d {
+			continue
+		}
+		delete(rs.holds, key)
+		errs = append(errs, d.releaseLocked(h.reg, h.count))
+	}
+	return errors.Join(errs...)
+}
+
+// ExternalLock reports whether p lies in host memory pinned outside this
+// package: registered by the user through the driver (cuMemHostRegister) or
+// allocated pinned by it (cuMemHostAlloc). It asks the driver the memory type
+// of p and, when it can, the whole range (RANGE_START_ADDR, RANGE_SIZE);
+// otherwise [p, p+n) is reported. Ranges this package registered are not
+// external: locking them again is shared and counted.
+func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+	if p == 0 || n == 0 {
+		return pinned.External{}, false, fmt.Errorf("%v: external lock query %#x+%d: %w", d, p, n, ErrInvalid)
+	}
+	var mt uint32
+	var r result
+	err := d.withCtx("cuPointerGetAttribute", func() result {
+		r = call(d.drv.cuPointerGetAttribute, uintptr(unsafe.Pointer(&mt)), cuPointerAttributeMemoryType, p)
+		if r == cudaErrorInvalidValue { // memory the driver does not know
+			return cudaSuccess
+		}
+		return r
+	})
+	if err != nil {
+		return pinned.External{}, false, fmt.Errorf("%v: external lock query %#x: %w", d, p, err)
+	}
+	if r != cudaSuccess || mt != cuMemoryTypeHost {
+		return pinned.External{}, false, nil
+	}
+	start, size := p, n
+	var s, z uintptr
+	known := d.attr(&s, cuPointerAttributeRangeStartAddr, p) == nil && d.attr(&z, cuPointerAttributeRangeSize, p) == nil &&
+		s <= p && z > 0 && p-s < z
+	if known {
+		start, size = s, z
+	}
+	rs := &d.drv.regs
+	rs.mu.Lock()
+	ours := rs.ownerLocked(p, 1, start, known) != nil
+	rs.mu.Unlock()
+	if ours {
+		return pinned.External{}, false, nil
+	}
+	dev, err := d.devicePointer(start)
+	if err != nil {
+		var dp uintptr
+		if d.attr(&dp, cuPointerAttributeDevicePointer, start) != nil {
+			return pinned.External{}, false, fmt.Errorf("%v: external lock at %#x: %w", d, start, err)
+		}
+		dev = dp
+	}
+	return pinned.External{Host: start, Dev: dev, Size: size}, true, nil
+}
+
+// rangeStart is the start of the driver's allocation or registration
+// holding p, when the driver can tell.
+func (d *device) rangeStart(p uintptr) (uintptr, bool) {
+	var s uintptr
+	if d.attr(&s, cuPointerAttributeRangeStartAddr, p) != nil || s > p {
+		return 0, false
+	}
+	return s, true
+}
+
+// attr reads a pointer attribute that is pointer-sized (an address or size).
+func (d *device) attr(out *uintptr, attribute int, p uintptr) error {
+	var v uintptr
+	err := d.withCtx("cuPointerGetAttribute", func() result {
+		return call(d.drv.cuPointerGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attribute), p)
+	})
+	*out = v
+	return err
+}

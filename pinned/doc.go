@@ -1,0 +1,75 @@
+// Package pinned is the per-device registry of page-locked host ranges:
+// LLVM offload's PinnedAllocationMapTy with its semantics, without its
+// defects, and with a lock-free hot path.
+//
+// # What it records
+//
+// One Registry per device. Each entry is a host range [host, host+size), the
+// address the device uses for host, a kind, and two reference counts: Lock
+// references (llvm_omp_target_lock_mem) and mapped references (locks taken
+// implicitly when a buffer is mapped for transfers,
+// LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS). Entries never overlap.
+//
+// # Entry state machine
+//
+//	absent --Lock/LockMapped, no entry, Locker.LockHost ok--> locked(refs=1)
+//	absent --Lock/LockMapped, Locker.ExternalLock says locked--> external(refs=1)
+//	absent --Register--> registered(refs=0)
+//	any live --Lock/LockMapped contained in it--> same state, refs+1 (no driver call)
+//	locked/external --Unlock/UnlockUnmapped, refs>1--> refs-1
+//	locked --last reference dropped--> absent, after Locker.UnlockHost
+//	external --last reference dropped--> absent (never unlocked by us)
+//	registered --Unregister, no Lock or mapped refs--> absent (never unlocked by us)
+//	registered --Unregister with refs--> unchanged, ErrBusy
+//
+// Lock references and mapped references are counted apart: Unlock drops
+// only the former, UnlockUnmapped only the latter, so an unmap can never eat
+// a user's explicit lock. An entry lives while either count is above zero
+// or, for a registered entry, until Unregister.
+//
+// A range that partly overlaps entries (runs past an entry's end, starts
+// before one and reaches into it, or spans several) is refused with
+// ErrOverlap in every build, before the Locker is called, so no stray lock
+// is left behind. LLVM checks this only in debug builds, and inserts first.
+// A failing LockHost inserts nothing.
+//
+// Memory the device reports as locked outside this runtime (ExternalLock)
+// is recorded with the external range the device reports, so later locks
+// anywhere in it are hits; if part of that range is already an entry, only
+// the requested range is recorded.
+//
+// When Locker.UnlockHost fails on the last reference, the entry is erased
+// anyway and the error returned. Keeping it would leave an entry that nobody
+// references and nobody will unlock (LLVM does that): every later lock in
+// the range would hit it and skip the driver, though the driver's state is
+// unknown. Erasing keeps the registry equal to "what callers hold", and the
+// next Lock asks the driver afresh.
+//
+// # Concurrency
+//
+// Writers (anything that inserts or erases an entry, and every Locker call)
+// serialize on a mutex and keep the source of truth, a github.com/google/btree
+// ordered by host start. Readers never take that mutex: they walk a page
+// table, a radix tree over 4 KiB page numbers (as UCX's registration cache
+// does), with atomic loads, then re-check the range of what they found. Its
+// cost does not depend on how many entries exist. Fully covered pages (and
+// whole aligned 2 MiB, 1 GiB... spans) point straight at their entry; a page
+// shared by several small entries points at a small immutable list.
+//
+// Each entry is 32 bytes: host, end, device address, and one atomic word
+// holding the mapped count, the Lock count, the registered bit and the kind.
+// A lock that hits an entry adds a reference with a CAS, which fails once
+// the live bits are 0: they reach 0 only under the mutex, in the same
+// critical section that erases the entry, so a hit can never revive a dying
+// entry; it falls back to the mutex and finds the truth in the tree. An
+// unlock that is not the entry's last reference is a CAS too; the last one
+// goes through the mutex, which also keeps the Locker's unlock ordered before
+// any new lock of the same pages.
+//
+// So Lookup, IsPinned, Entry and every lock or unlock that does not create
+// or erase an entry run without a lock and do not depend on the number of
+// entries. Lookup writes nothing (Stats.Hits counts lock hits, not lookups:
+// a shared counter would turn every transfer's read into a contended write).
+// Misses hold the mutex across the Locker call; a slow driver lock delays
+// other misses, never hits or lookups.
+package pinned

@@ -1,0 +1,28 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the registry; test with errors.Is. The returned errors
+// wrap them with the ranges involved.
+var (
+	// ErrOverlap: the range partly overlaps one or more entries (it runs past
+	// an entry's end, starts before one and reaches into it, or spans
+	// several), or is only partly inside externally locked memory.
+	ErrOverlap = errors.New("partial overlap with a pinned entry")
+	// ErrNotLocked: no entry holds the address, or the entry holds no
+	// reference of the kind being dropped.
+	ErrNotLocked = errors.New("not locked")
+	// ErrBusy: Unregister of an entry that Lock or LockMapped still
+	// reference, or a reference count that would overflow.
+	ErrBusy = errors.New("pinned entry still referenced")
+	// ErrInvalid: a nil pointer, a zero size, a range that wraps around the
+	// address space, an unknown MapMode, or Unregister of something that
+	// Register did not record.
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// span formats [p, end) for messages.
+func span(p, end uintptr) string { return fmt.Sprintf("[%#x, %#x)", p, end) }

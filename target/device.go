@@ -1,0 +1,213 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Errors of the generic layer; test with errors.Is.
+var (
+	// ErrBadDevice: a device number outside 0..NumDevices().
+	ErrBadDevice = errors.New("no such device")
+	// ErrInvalidArgument: a nil pointer, a zero size or an unknown kind.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrShutdown: the device was closed by Shutdown.
+	ErrShutdown = errors.New("device shut down")
+)
+
+// Device is one device: the vendor's Impl plus everything generic, written
+// once — argument checks, the pinned registry, the staging pool, queues.
+type Device struct {
+	ID int // OpenMP device number
+
+	impl    plugin.Impl
+	plugin  string
+	host    bool
+	reg     *pinned.Registry
+	pool    *stagingPool
+	mapMode pinned.MapMode
+
+	infoOnce sync.Once
+	info     plugin.Info
+
+	closed atomic.Bool
+	qmu    sync.Mutex
+	queues map[*Queue]struct{} // open queues; nil once closed
+}
+
+func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinned.MapMode) *Device {
+	return &Device{
+		ID: id, impl: impl, plugin: pluginName, host: host,
+		reg:     pinned.New(impl),
+		pool:    newStagingPool(impl, cfg),
+		mapMode: mode,
+		queues:  map[*Queue]struct{}{},
+	}
+}
+
+// Info describes the device. It is read from the plugin once.
+func (d *Device) Info() plugin.Info {
+	d.infoOnce.Do(func() { d.info = d.impl.Info() })
+	return d.info
+}
+
+// IsHost reports whether d is the host (the initial device).
+func (d *Device) IsHost() bool { return d.host }
+
+// Plugin is the name of the plugin that drives d: "host", "cuda", "amdgpu".
+func (d *Device) Plugin() string { return d.plugin }
+
+// Registry is the device's pinned registry: every host range locked for it
+// or allocated by it as host-pinned memory.
+func (d *Device) Registry() *pinned.Registry { return d.reg }
+
+// Impl is the vendor part of the device.
+func (d *Device) Impl() plugin.Impl { return d.impl }
+
+// StagingStats reports what the device's staging pool did.
+func (d *Device) StagingStats() StagingStats { return d.pool.snapshot() }
+
+// StagingConfig returns the device's staging configuration.
+func (d *Device) StagingConfig() StagingConfig { return d.pool.config() }
+
+// SetStagingConfig changes the device's staging configuration; free buffers
+// that no longer fit are freed.
+func (d *Device) SetStagingConfig(c StagingConfig) { d.pool.setConfig(c) }
+
+func (d *Device) String() string {
+	return fmt.Sprintf("device %d (%s %s)", d.ID, d.plugin, d.Info().Name)
+}
+
+func (d *Device) usable() error {
+	if d.closed.Load() {
+		return fmt.Errorf("device %d: %w", d.ID, ErrShutdown)
+	}
+	return nil
+}
+
+func checkKind(kind plugin.MemKind) error {
+	switch kind {
+	case plugin.MemDevice, plugin.MemHost, plugin.MemShared:
+		return nil
+	}
+	return fmt.Errorf("memory kind %d: %w", int(kind), ErrInvalidArgument)
+}
+
+// Alloc allocates n bytes of the given kind on d. Host-pinned memory is
+// registered in the device's registry, so transfers from it take the pinned
+// path and locks inside it only count references.
+func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
+	if err := d.usable(); err != nil {
+		return 0, err
+	}
+	if err := checkKind(kind); err != nil {
+		return 0, fmt.Errorf("device %d: alloc: %w", d.ID, err)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("device %d: alloc of 0 bytes of %s memory: %w", d.ID, kind, ErrInvalidArgument)
+	}
+	p, err := d.impl.Alloc(kind, n)
+	if err != nil {
+		return 0, fmt.Errorf("device %d: alloc of %d bytes of %s memory: %w", d.ID, n, kind, err)
+	}
+	if kind == plugin.MemHost {
+		if err := d.reg.Register(p, d.devicePointer(p, n), n); err != nil {
+			_ = d.impl.Free(kind, p)
+			return 0, fmt.Errorf("device %d: register %d bytes of host memory at %#x: %w", d.ID, n, p, err)
+		}
+	}
+	return p, nil
+}
+
+// devicePointer returns the address the device uses for host-pinned memory
+// it allocated: the driver knows it as pinned (ExternalLock), and the host
+// address serves where it does not say otherwise.
+func (d *Device) devicePointer(p, n uintptr) uintptr {
+	ext, ok, err := d.impl.ExternalLock(p, n)
+	if err != nil || !ok || ext.Dev == 0 || p < ext.Host {
+		return p
+	}
+	return ext.Dev + (p - ext.Host)
+}
+
+// Free releases memory Alloc returned with the same kind. Host-pinned
+// memory still locked by someone (LockMem inside it) is not freed.
+func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
+	if err := d.usable(); err != nil {
+		return err
+	}
+	if err := checkKind(kind); err != nil {
+		return fmt.Errorf("device %d: free: %w", d.ID, err)
+	}
+	if p == 0 {
+		return fmt.Errorf("device %d: free of a nil %s pointer: %w", d.ID, kind, ErrInvalidArgument)
+	}
+	if kind == plugin.MemHost {
+		if err := d.reg.Unregister(p); err != nil {
+			return fmt.Errorf("device %d: free of host memory at %#x: %w", d.ID, p, err)
+		}
+	}
+	if err := d.impl.Free(kind, p); err != nil {
+		return fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
+	}
+	return nil
+}
+
+// LockMem page-locks [p, p+n) for d (llvm_omp_target_lock_mem) and returns
+// the address the device uses for p. A range inside one already locked only
+// adds a reference.
+func (d *Device) LockMem(p, n uintptr) (uintptr, error) {
+	if err := d.usable(); err != nil {
+		return 0, err
+	}
+	if p == 0 || n == 0 {
+		return 0, fmt.Errorf("device %d: lock %#x+%d: %w", d.ID, p, n, ErrInvalidArgument)
+	}
+	dev, err := d.reg.Lock(p, n)
+	if err != nil {
+		return 0, fmt.Errorf("device %d: %w", d.ID, err)
+	}
+	return dev, nil
+}
+
+// UnlockMem drops the reference LockMem took on the locked range holding p;
+// the last one unlocks it.
+func (d *Device) UnlockMem(p uintptr) error {
+	if err := d.usable(); err != nil {
+		return err
+	}
+	if p == 0 {
+		return fmt.Errorf("device %d: unlock of a nil pointer: %w", d.ID, ErrInvalidArgument)
+	}
+	if err := d.reg.Unlock(p); err != nil {
+		return fmt.Errorf("device %d: %w", d.ID, err)
+	}
+	return nil
+}
+
+// close destroys the queues (waiting for their work), frees every staging
+// buffer, including those held by queues that never completed, and closes
+// the Impl.
+func (d *Device) close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.qmu.Lock()
+	queues := d.queues
+	d.queues = nil
+	d.qmu.Unlock()
+	var errs []error
+	for q := range queues {
+		errs = append(errs, q.destroy())
+	}
+	d.pool.close()
+	if err := d.impl.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("device %d: close: %w", d.ID, err))
+	}
+	return errors.Join(errs...)
+}

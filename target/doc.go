@@ -1,0 +1,44 @@
+// Package target is the generic device layer: the logic LLVM's
+// GenericDeviceTy writes once for every vendor, over the thin per-vendor
+// plugin.Impl (target/host, target/cuda, target/amdgpu).
+//
+// # Numbering
+//
+// Devices are numbered as OpenMP does. The accelerators come first, 0..n-1,
+// in plugin order (CUDA devices, then AMD GPUs); the host is the initial
+// device, number n. On a machine without accelerators device 0 is the host.
+// Plugins are loaded and devices discovered at first use, once; a plugin
+// whose driver is absent or fails to initialise contributes no devices, and
+// its status is kept for `ompalloc info` (Plugins). Every call takes the
+// initial device as well as the accelerators; any other number is an error
+// matching ErrBadDevice that names the valid range.
+//
+// # Generic and vendor parts
+//
+// A Device holds its plugin.Impl, a pinned.Registry of the host ranges
+// locked for it or allocated by it as host-pinned memory, a staging pool and
+// its open queues. Argument checks, the registry (lock references, the
+// one-step pinned path of transfers, LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS),
+// staging, the bounce between two accelerators and queue bookkeeping live
+// here; the Impl only allocates, locks, copies and runs queues.
+//
+// # Staging buffers
+//
+// A small asynchronous host→device copy from pageable memory (at most
+// StagingConfig.Threshold bytes, 64 KiB by default) goes through a pinned
+// staging buffer, so the driver takes its fast pinned path and the caller
+// may reuse its memory at once. A buffer moves through four states:
+//
+//	free in the pool ──Submit takes it──▶ filled (the bytes are copied in)
+//	filled ──the async copy reading it is issued──▶ in flight on the queue
+//	in flight ──Synchronize, or a Query that finds the queue idle──▶ recycled
+//	                                   (back in the pool, or freed if full)
+//	any state ──Shutdown──▶ freed
+//
+// A buffer joins its queue only after its copy has been issued, and a query
+// and the recycling it allows happen under the queue's lock: a query cannot
+// see a buffer whose copy it has not seen. A new buffer is allocated
+// (Impl.Alloc of host memory) when the pool has none of the size class
+// (powers of two from 256 bytes); if that fails the copy is submitted
+// unstaged — staging is an optimisation, never an error.
+package target

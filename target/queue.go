@@ -1,0 +1,216 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Queue is an in-order queue of asynchronous transfers on one device (a CUDA
+// stream, an HSA signal chain; on the host, work done at once).
+//
+// It holds what its in-flight copies still read: staging buffers, and host
+// buffers locked for the duration of a transfer. They are released when
+// Synchronize returns, and when Query reports all work done, so a queue that
+// is only ever queried still recycles. Query and release happen under the
+// queue's lock, and a submission hands its buffer over only after the copy
+// that reads it was issued: a Query racing with a submission either sees
+// that copy or not yet the buffer, never the buffer without the copy.
+type Queue struct {
+	dev  *Device
+	impl plugin.QueueImpl
+
+	// life is held shared while work is issued on impl and exclusively to
+	// destroy it, so no copy is issued on a destroyed vendor queue.
+	life sync.RWMutex
+
+	mu      sync.Mutex
+	pending []pending // in the order handed over
+	seq     uint64    // the seq of the next pending entry
+	closed  bool
+}
+
+// pending is something released once the copies issued before it finish.
+type pending struct {
+	seq    uint64
+	buf    stagingBuf // a staging buffer to recycle, if buf.p != 0
+	unlock uintptr    // a host buffer to UnlockUnmapped, if != 0
+}
+
+// NewQueue creates a queue on d.
+func (d *Device) NewQueue() (*Queue, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	qi, err := d.impl.NewQueue()
+	if err != nil {
+		return nil, fmt.Errorf("device %d: new queue: %w", d.ID, err)
+	}
+	q := &Queue{dev: d, impl: qi}
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	if d.queues == nil {
+		_ = qi.Destroy()
+		return nil, fmt.Errorf("device %d: %w", d.ID, ErrShutdown)
+	}
+	d.queues[q] = struct{}{}
+	return q, nil
+}
+
+// Device returns the device the queue belongs to.
+func (q *Queue) Device() *Device { return q.dev }
+
+// issue runs fn, which enqueues work on the vendor queue, unless the queue
+// is closed; then hands over what that work reads (p, if not zero).
+func (q *Queue) issue(fn func(plugin.QueueImpl) error, p pending) error {
+	q.life.RLock()
+	defer q.life.RUnlock()
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		return ErrQueueClosed
+	}
+	if err := fn(q.impl); err != nil {
+		return err
+	}
+	if p.buf.p != 0 || p.unlock != 0 {
+		q.mu.Lock()
+		p.seq = q.seq
+		q.seq++
+		q.pending = append(q.pending, p)
+		q.mu.Unlock()
+	}
+	return nil
+}
+
+// Synchronize waits for all work submitted so far and releases what it held.
+func (q *Queue) Synchronize() error {
+	q.life.RLock()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		q.life.RUnlock()
+		return fmt.Errorf("synchronize: %w", ErrQueueClosed)
+	}
+	// Everything pending now belongs to copies issued before the wait starts.
+	limit := q.seq
+	q.mu.Unlock()
+	err := q.impl.Synchronize()
+	q.life.RUnlock()
+	if err != nil {
+		return fmt.Errorf("device %d: synchronize: %w", q.dev.ID, err)
+	}
+	q.mu.Lock()
+	done := q.takeLocked(limit)
+	q.mu.Unlock()
+	q.dev.release(done)
+	return nil
+}
+
+// Query reports whether all work submitted so far has completed; if so it
+// releases what the queue held.
+func (q *Queue) Query() (bool, error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false, fmt.Errorf("query: %w", ErrQueueClosed)
+	}
+	ok, err := q.impl.Query()
+	var done []pending
+	if err == nil && ok {
+		done = q.takeLocked(q.seq)
+	}
+	q.mu.Unlock()
+	q.dev.release(done)
+	if err != nil {
+		return false, fmt.Errorf("device %d: query: %w", q.dev.ID, err)
+	}
+	return ok, nil
+}
+
+// recycleIfDone releases what the queue holds when its work is done; a
+// submission calls it before allocating a new staging buffer.
+func (q *Queue) recycleIfDone() {
+	q.mu.Lock()
+	if q.closed || len(q.pending) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	ok, err := q.impl.Query()
+	var done []pending
+	if err == nil && ok {
+		done = q.takeLocked(q.seq)
+	}
+	q.mu.Unlock()
+	q.dev.release(done)
+}
+
+// takeLocked removes the pending entries handed over before seq limit and
+// returns them.
+func (q *Queue) takeLocked(limit uint64) []pending {
+	k := 0
+	for k < len(q.pending) && q.pending[k].seq < limit {
+		k++
+	}
+	if k == 0 {
+		return nil
+	}
+	done := append([]pending(nil), q.pending[:k]...)
+	n := copy(q.pending, q.pending[k:])
+	clear(q.pending[n:])
+	q.pending = q.pending[:n]
+	return done
+}
+
+// Close waits for the queue's work, releases what it held and destroys it.
+func (q *Queue) Close() error {
+	err := q.destroy()
+	q.dev.qmu.Lock()
+	delete(q.dev.queues, q)
+	q.dev.qmu.Unlock()
+	return err
+}
+
+// destroy destroys the vendor queue (which waits for work in flight) and
+// releases everything pending, whatever the outcome.
+func (q *Queue) destroy() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	q.mu.Unlock()
+
+	q.life.Lock() // no issue, no wait in progress
+	err := q.impl.Destroy()
+	q.life.Unlock()
+
+	q.mu.Lock()
+	done := q.takeLocked(q.seq)
+	q.mu.Unlock()
+	q.dev.release(done)
+	if err != nil {
+		return fmt.Errorf("device %d: destroy queue: %w", q.dev.ID, err)
+	}
+	return nil
+}
+
+// release returns staging buffers to the pool and unlocks host buffers
+// locked for transfers.
+func (d *Device) release(done []pending) {
+	for _, p := range done {
+		if p.buf.p != 0 {
+			d.pool.put(p.buf, true)
+		}
+		if p.unlock != 0 {
+			_ = d.reg.UnlockUnmapped(p.unlock, d.mapMode)
+		}
+	}
+}
+
+// ErrQueueClosed: an operation on a queue after Close.
+var ErrQueueClosed = errors.New("queue closed")

@@ -1,0 +1,196 @@
+package target
+
+import (
+	"math/bits"
+	"sync"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// StagingConfig sets a device's pinned staging pool.
+type StagingConfig struct {
+	// Threshold is the largest host→device copy from pageable memory that is
+	// staged through a pinned buffer. 0 turns staging off.
+	Threshold uintptr
+	// MaxPoolBytes bounds the bytes of free buffers a device's pool keeps;
+	// a buffer returned to a full pool is freed.
+	MaxPoolBytes uintptr
+}
+
+// DefaultStagingConfig: stage copies up to 64 KiB (the sizes where a
+// driver's own pageable path costs most relative to the copy), keep up to
+// 4 MiB of free buffers per device.
+var DefaultStagingConfig = StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 4 << 20}
+
+// StagingStats counts what a device's staging pool did.
+type StagingStats struct {
+	Hits          uint64  // buffers taken from the pool
+	Misses        uint64  // buffers newly allocated
+	Unstaged      uint64  // small copies sent unstaged: no pinned buffer could be had
+	Recycled      uint64  // buffers queues returned to the pool
+	Freed         uint64  // buffers freed (pool full, threshold lowered, shutdown)
+	Buffers       int     // live buffers, free or in use
+	PoolBytes     uintptr // bytes of free buffers in the pool
+	InUseBytes    uintptr // bytes of buffers being filled or held by queues
+	AllocFailures uint64  // pinned allocations that failed
+}
+
+// minStagingClass is the smallest buffer: 256 bytes.
+const minStagingShift = 8
+
+// stagingBuf is a pinned host buffer of one size class.
+type stagingBuf struct {
+	p    uintptr
+	size uintptr // a power of two
+}
+
+// stagingPool keeps pinned buffers of power-of-two sizes for one device.
+// A buffer is free in the pool, then filled by a submission, then in flight
+// on a queue, then recycled into the pool (or freed when the pool is full),
+// and every buffer still alive is freed by close.
+type stagingPool struct {
+	impl plugin.Impl
+
+	mu     sync.Mutex
+	cfg    StagingConfig
+	free   [bits.UintSize][]uintptr // by log2 of the size
+	live   map[uintptr]uintptr      // every buffer alive → its size
+	closed bool
+	stats  StagingStats
+}
+
+func newStagingPool(impl plugin.Impl, cfg StagingConfig) *stagingPool {
+	return &stagingPool{impl: impl, cfg: cfg, live: map[uintptr]uintptr{}}
+}
+
+// classOf returns the log2 of the buffer size that holds n bytes.
+func classOf(n uintptr) int {
+	return max(bits.Len(uint(n-1)), minStagingShift)
+}
+
+// threshold returns the largest size staged now (0: staging off).
+func (sp *stagingPool) threshold() uintptr {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed {
+		return 0
+	}
+	return sp.cfg.Threshold
+}
+
+// get returns a buffer of at least n bytes: a free one, or a new pinned one.
+// ok is false when none can be had (staging is then skipped).
+func (sp *stagingPool) get(n uintptr) (stagingBuf, bool) {
+	c := classOf(n)
+	size := uintptr(1) << c
+	sp.mu.Lock()
+	if sp.closed {
+		sp.mu.Unlock()
+		return stagingBuf{}, false
+	}
+	if l := len(sp.free[c]); l > 0 {
+		p := sp.free[c][l-1]
+		sp.free[c] = sp.free[c][:l-1]
+		sp.stats.Hits++
+		sp.stats.PoolBytes -= size
+		sp.stats.InUseBytes += size
+		sp.mu.Unlock()
+		return stagingBuf{p, size}, true
+	}
+	sp.mu.Unlock()
+
+	// Allocate outside the lock: pinning takes a driver call (microseconds).
+	p, err := sp.impl.Alloc(plugin.MemHost, size)
+
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if err != nil || p == 0 {
+		sp.stats.AllocFailures++
+		sp.stats.Unstaged++
+		return stagingBuf{}, false
+	}
+	if sp.closed { // shut down while allocating
+		_ = sp.impl.Free(plugin.MemHost, p)
+		return stagingBuf{}, false
+	}
+	sp.stats.Misses++
+	sp.stats.Buffers++
+	sp.stats.InUseBytes += size
+	sp.live[p] = size
+	return stagingBuf{p, size}, true
+}
+
+// put returns a buffer no copy reads any more. recycled says a queue
+// returned it (for the stats).
+func (sp *stagingPool) put(b stagingBuf, recycled bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed {
+		return // close freed it
+	}
+	sp.stats.InUseBytes -= b.size
+	if recycled {
+		sp.stats.Recycled++
+	}
+	if b.size <= max(sp.cfg.Threshold, 1<<minStagingShift) && sp.stats.PoolBytes+b.size <= sp.cfg.MaxPoolBytes {
+		c := classOf(b.size)
+		sp.free[c] = append(sp.free[c], b.p)
+		sp.stats.PoolBytes += b.size
+		return
+	}
+	sp.freeLocked(b.p)
+}
+
+func (sp *stagingPool) freeLocked(p uintptr) {
+	delete(sp.live, p)
+	sp.stats.Buffers--
+	sp.stats.Freed++
+	_ = sp.impl.Free(plugin.MemHost, p)
+}
+
+// setConfig changes the limits and frees the free buffers that no longer fit.
+func (sp *stagingPool) setConfig(cfg StagingConfig) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.cfg = cfg
+	if sp.closed {
+		return
+	}
+	for c := len(sp.free) - 1; c >= 0; c-- {
+		size := uintptr(1) << c
+		for len(sp.free[c]) > 0 && (size > max(cfg.Threshold, 1<<minStagingShift) || sp.stats.PoolBytes > cfg.MaxPoolBytes) {
+			l := len(sp.free[c])
+			sp.freeLocked(sp.free[c][l-1])
+			sp.free[c] = sp.free[c][:l-1]
+			sp.stats.PoolBytes -= size
+		}
+	}
+}
+
+func (sp *stagingPool) config() StagingConfig {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.cfg
+}
+
+func (sp *stagingPool) snapshot() StagingStats {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.stats
+}
+
+// close frees every buffer alive, in the pool or not. The caller has
+// destroyed the queues first, so no copy reads them any more.
+func (sp *stagingPool) close() {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed {
+		return
+	}
+	for p := range sp.live {
+		sp.freeLocked(p)
+	}
+	clear(sp.free[:])
+	sp.stats.PoolBytes, sp.stats.InUseBytes = 0, 0
+	sp.closed = true
+}

@@ -1,0 +1,234 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// bounceChunk bounds the host buffer of a copy between two accelerators.
+const bounceChunk = 8 << 20
+
+// Memcpy copies n bytes from src on device srcDev to dst on device dstDev,
+// synchronously, between any two devices including the host. A copy between
+// two accelerators goes through a host buffer. n == 0 does nothing.
+func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
+	if n == 0 {
+		return nil
+	}
+	w := get()
+	dd, err := w.device(dstDev)
+	if err != nil {
+		return fmt.Errorf("memcpy to %w", err)
+	}
+	sd, err := w.device(srcDev)
+	if err != nil {
+		return fmt.Errorf("memcpy from %w", err)
+	}
+	if dst == 0 || src == 0 {
+		return fmt.Errorf("memcpy of %d bytes from %#x to %#x: %w", n, src, dst, ErrInvalidArgument)
+	}
+	switch {
+	case dd.host && sd.host:
+		if err := dd.usable(); err != nil {
+			return err
+		}
+		cmem.Copy(dst, src, n)
+		return nil
+	case sd.host:
+		return dd.Submit(dst, src, n, nil)
+	case dd.host:
+		return sd.Retrieve(dst, src, n, nil)
+	case dd == sd:
+		return dd.Exchange(dst, src, n, nil)
+	}
+	return bounce(dd, sd, dst, src, n)
+}
+
+// bounce copies between two accelerators through host memory, a chunk at a
+// time.
+func bounce(dd, sd *Device, dst, src, n uintptr) error {
+	c, err := loader.C()
+	if err != nil {
+		return err
+	}
+	size := min(n, bounceChunk)
+	buf, err := c.Map(size)
+	if err != nil {
+		return fmt.Errorf("memcpy from device %d to device %d: bounce buffer: %w", sd.ID, dd.ID, err)
+	}
+	defer func() { _ = c.Unmap(buf, size) }()
+	for off := uintptr(0); off < n; off += size {
+		k := min(size, n-off)
+		if err := sd.Retrieve(buf, src+off, k, nil); err != nil {
+			return err
+		}
+		if err := dd.Submit(dst+off, buf, k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Device) checkCopy(what string, dst, src, n uintptr) error {
+	if err := d.usable(); err != nil {
+		return err
+	}
+	if n == 0 || dst == 0 || src == 0 {
+		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, what, n, src, dst, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// pinned reports whether all of [p, p+n) lies in memory the registry knows
+// as pinned for d. Lookups are lock-free and make no driver call.
+func (d *Device) pinned(p, n uintptr) bool {
+	dev, ok := d.reg.Lookup(p)
+	if !ok {
+		return false
+	}
+	if n > 1 {
+		end, ok := d.reg.Lookup(p + n - 1)
+		if !ok || end-dev != n-1 {
+			return false
+		}
+	}
+	return true
+}
+
+// Submit copies n bytes from host memory src to device memory dst; on q
+// when q is not nil (it may still be running when Submit returns), else
+// synchronously. The host side takes, in order of preference: the one-step
+// pinned path, when src lies in memory pinned for the device (locked or
+// allocated by it); a pinned staging buffer, for small asynchronous copies
+// (src may then be reused as soon as Submit returns); a lock for the
+// transfer's duration, when LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS asks for
+// it; or the driver's pageable path. The Impl is always given host
+// addresses for the host side: a driver finds its own translation of pinned
+// memory (CUDA's copies take host pointers; HSA's plugin translates).
+func (d *Device) Submit(dst, src, n uintptr, q *Queue) error {
+	if err := d.checkCopy("submit", dst, src, n); err != nil {
+		return err
+	}
+	if err := d.checkQueue(q); err != nil {
+		return err
+	}
+	if d.host {
+		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{})
+	}
+	if d.pinned(src, n) {
+		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{})
+	}
+	if q != nil && n <= d.pool.threshold() {
+		if staged, err := d.submitStaged(dst, src, n, q); staged {
+			return err
+		}
+	}
+	return d.copyMapped(dst, src, n, src, plugin.HostToDevice, q)
+}
+
+// submitStaged copies src into a staging buffer and enqueues the copy from
+// it; staged is false when no buffer could be had.
+func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err error) {
+	q.recycleIfDone()
+	b, ok := d.pool.get(n)
+	if !ok {
+		return false, nil
+	}
+	cmem.Copy(b.p, src, n)
+	// The queue gets the buffer only once the copy reading it is issued.
+	err = q.issue(func(qi plugin.QueueImpl) error {
+		return d.impl.Copy(dst, b.p, n, plugin.HostToDevice, qi)
+	}, pending{buf: b})
+	if err != nil {
+		d.pool.put(b, false)
+		return true, fmt.Errorf("device %d: submit of %d bytes from %#x (staged) to %#x: %w", d.ID, n, src, dst, err)
+	}
+	return true, nil
+}
+
+// Retrieve copies n bytes from device memory src to host memory dst; on q
+// when q is not nil, else synchronously. A dst in memory pinned for the
+// device takes the one-step pinned path; otherwise dst is locked for the
+// transfer when LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS asks for it.
+func (d *Device) Retrieve(dst, src, n uintptr, q *Queue) error {
+	if err := d.checkCopy("retrieve", dst, src, n); err != nil {
+		return err
+	}
+	if err := d.checkQueue(q); err != nil {
+		return err
+	}
+	if d.host {
+		return d.copy(dst, src, n, plugin.DeviceToHost, q, pending{})
+	}
+	if d.pinned(dst, n) {
+		return d.copy(dst, src, n, plugin.DeviceToHost, q, pending{})
+	}
+	return d.copyMapped(dst, src, n, dst, plugin.DeviceToHost, q)
+}
+
+// Exchange copies n bytes between two places in d's memory; on q when q is
+// not nil, else synchronously.
+func (d *Device) Exchange(dst, src, n uintptr, q *Queue) error {
+	if err := d.checkCopy("exchange", dst, src, n); err != nil {
+		return err
+	}
+	if err := d.checkQueue(q); err != nil {
+		return err
+	}
+	return d.copy(dst, src, n, plugin.DeviceToDevice, q, pending{})
+}
+
+func (d *Device) checkQueue(q *Queue) error {
+	if q != nil && q.dev != d {
+		return fmt.Errorf("device %d: a queue of device %d: %w", d.ID, q.dev.ID, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// copyMapped copies with the host buffer hostp locked for the transfer when
+// the map mode asks for it; the lock is released when the copy completes
+// (at once for a synchronous copy, by the queue otherwise).
+func (d *Device) copyMapped(dst, src, n, hostp uintptr, dir plugin.Direction, q *Queue) error {
+	if d.mapMode == pinned.MapOff {
+		return d.copy(dst, src, n, dir, q, pending{})
+	}
+	_, locked, err := d.reg.LockMapped(hostp, n, d.mapMode)
+	if err != nil {
+		if d.mapMode == pinned.MapMandatory {
+			return fmt.Errorf("device %d: %s of %d bytes: lock host buffer %#x: %w", d.ID, dir, n, hostp, err)
+		}
+		return d.copy(dst, src, n, dir, q, pending{})
+	}
+	if !locked {
+		return d.copy(dst, src, n, dir, q, pending{})
+	}
+	if q != nil {
+		err := d.copy(dst, src, n, dir, q, pending{unlock: hostp})
+		if err != nil {
+			_ = d.reg.UnlockUnmapped(hostp, d.mapMode)
+		}
+		return err
+	}
+	err = d.copy(dst, src, n, dir, nil, pending{})
+	return errors.Join(err, d.reg.UnlockUnmapped(hostp, d.mapMode))
+}
+
+// copy runs one Impl copy, synchronously or on q, handing p to q once the
+// copy is issued.
+func (d *Device) copy(dst, src, n uintptr, dir plugin.Direction, q *Queue, p pending) error {
+	var err error
+	if q == nil {
+		err = d.impl.Copy(dst, src, n, dir, nil)
+	} else {
+		err = q.issue(func(qi plugin.QueueImpl) error { return d.impl.Copy(dst, src, n, dir, qi) }, p)
+	}
+	if err != nil {
+		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, dir, n, src, dst, err)
+	}
+	return nil
+}

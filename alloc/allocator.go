@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -169,6 +170,10 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 	a := &Allocator{handle: h, ms: ms, traits: set, align: max(set.Alignment, 16)}
 	a.shards.init()
 	switch {
+	case ms.IsRuntime():
+		if err := a.buildOnDevices(ms, set); err != nil {
+			return nil, err
+		}
 	case ms.IsTarget():
 		tb, err := newTargetBackend(ms, set)
 		if err != nil {
@@ -193,6 +198,50 @@ func pinnedSuffix(p bool) string {
 		return ", pinned"
 	}
 	return ""
+}
+
+// buildOnDevices backs an OpenMP 6.0 device memory space: target kinds
+// come from the first accelerator's plugin (the first device if only the
+// host is listed); host kinds are host memory pinned for the first
+// accelerator, so every listed device can reach it (plain host memory when
+// only the host is listed, unless the pinned trait asks otherwise).
+func (a *Allocator) buildOnDevices(ms memspace.ID, set traits.Set) error {
+	d, ok := memspace.DevicesOf(ms)
+	if !ok {
+		return fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
+	}
+	accel := -1
+	for _, dev := range d.Devices {
+		if dev != target.InitialDevice() {
+			accel = dev
+			break
+		}
+	}
+	if d.Base.IsTarget() {
+		tb, err := newTargetBackend(d.Base, set)
+		if err != nil {
+			return err
+		}
+		tb.dev = d.Devices[0]
+		if accel >= 0 {
+			tb.dev = accel
+		}
+		a.target = tb
+		return nil
+	}
+	if set.Pinned || accel >= 0 {
+		dev := accel
+		if set.PinDevice >= 0 || dev < 0 {
+			var err error
+			if dev, err = pinDevice(set); err != nil {
+				return err
+			}
+		}
+		a.heap = pinnedHeap(dev)
+		return nil
+	}
+	a.heap = hostHeap()
+	return nil
 }
 
 var (
@@ -224,7 +273,7 @@ func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
 // omp_init_allocator does. Errors name the bad trait.
 func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	initOnce.Do(initPredefined)
-	if ms == memspace.Null || !ms.Valid() {
+	if ms == memspace.Null || !ms.Exists() {
 		return nil, fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
 	}
 	set, err := traits.FromList(ts)

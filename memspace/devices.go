@@ -1,0 +1,85 @@
+package memspace
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Devices describes a memory space made at run time by the OpenMP 6.0
+// routines (omp_get_devices_memspace and friends): a predefined memory
+// space's kind of memory, on a list of devices, with or without the host.
+type Devices struct {
+	Base    ID    // the predefined memory space whose kind of memory it is
+	Devices []int // device numbers, ascending, without duplicates; the host's number included when Host
+	Host    bool  // the host (initial device) is one of the resources
+}
+
+func (d Devices) key() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d|%t|", d.Base, d.Host)
+	for _, dev := range d.Devices {
+		fmt.Fprintf(&b, "%d,", dev)
+	}
+	return b.String()
+}
+
+var (
+	runtimeMu  sync.Mutex
+	runtimeIDs = map[string]ID{}
+	runtimeMS  []Devices // index: id - FirstRuntime
+)
+
+// OnDevices returns the memory space of base's memory on the given devices.
+// Identical requests (the same base, the same set of devices) give the same
+// handle. base must be a predefined memory space; devices must not be
+// empty; their validity is the caller's to check (package memspace does not
+// know the devices).
+func OnDevices(base ID, devices []int, host bool) (ID, error) {
+	if !base.Valid() {
+		return Null, fmt.Errorf("memory space %v is not a predefined memory space", base)
+	}
+	devs := slices.Clone(devices)
+	slices.Sort(devs)
+	devs = slices.Compact(devs)
+	if len(devs) == 0 {
+		return Null, fmt.Errorf("a device memory space needs at least one device")
+	}
+	d := Devices{Base: base, Devices: devs, Host: host}
+	k := d.key()
+	runtimeMu.Lock()
+	defer runtimeMu.Unlock()
+	if id, ok := runtimeIDs[k]; ok {
+		return id, nil
+	}
+	id := FirstRuntime + ID(len(runtimeMS))
+	runtimeMS = append(runtimeMS, d)
+	runtimeIDs[k] = id
+	return id, nil
+}
+
+// DevicesOf returns what a runtime-made memory space stands for.
+func DevicesOf(id ID) (Devices, bool) {
+	if !id.IsRuntime() {
+		return Devices{}, false
+	}
+	runtimeMu.Lock()
+	defer runtimeMu.Unlock()
+	i := int(id - FirstRuntime)
+	if i >= len(runtimeMS) {
+		return Devices{}, false
+	}
+	d := runtimeMS[i]
+	d.Devices = slices.Clone(d.Devices)
+	return d, true
+}
+
+// Exists reports whether id is a predefined or runtime-made memory space.
+func (id ID) Exists() bool {
+	if id.Valid() {
+		return true
+	}
+	_, ok := DevicesOf(id)
+	return ok
+}

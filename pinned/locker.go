@@ -4,6 +4,14 @@ package pinned
 // ranges, and tell whether a range was already locked outside this runtime.
 // target.Impl (every device plugin) satisfies it. Addresses are plain
 // uintptrs: registered memory is never Go heap memory.
+//
+// A Registry calls its Locker only on misses and last unlocks, with its
+// writer mutex held (so lock and unlock of the same pages never race), and
+// never on hits or lookups. A Locker must not call back into the Registry.
+// On a miss it asks ExternalLock first and calls LockHost only when that
+// reports no external lock; the external range reported must contain the
+// whole request, else the request is refused with ErrOverlap. UnlockHost is
+// called exactly once per successful LockHost, with the same p.
 type Locker interface {
 	// LockHost page-locks [p, p+n) for the device and returns the address the
 	// device uses for p.

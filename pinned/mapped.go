@@ -97,7 +97,7 @@ func (r *Registry) LockMapped(p, n uintptr, mode MapMode) (dev uintptr, locked b
 // failed unlock) are ignored; with MapMandatory they are errors.
 func (r *Registry) UnlockUnmapped(p uintptr, mode MapMode) error {
 	if p == 0 {
-		return invalid("UnlockUnmapped", p, 1)
+		return nilPointer("UnlockUnmapped")
 	}
 	switch mode {
 	case MapOff:

@@ -19,11 +19,11 @@ type Registry struct {
 	pt pageTable
 	n  atomic.Int64 // entries
 
-	mu    sync.Mutex            // serializes writers
-	tree  *btree.BTreeG[*entry] // the source of truth, ordered by host start
-	pivot entry                 // search key for tree (under mu)
-	st    Stats                 // counters kept under mu (not Entries, Hits)
-	bytes [KindRegistered + 1]uintptr
+	mu    sync.Mutex                  // serializes writers
+	tree  *btree.BTreeG[*entry]       // the source of truth, ordered by host start
+	pivot entry                       // search key for tree (under mu)
+	st    Stats                       // counters kept under mu; Hits: those folded in
+	bytes [KindRegistered + 1]uintptr // entry bytes by kind, under mu
 }
 
 // Stats is a snapshot of a registry's counters.
@@ -55,6 +55,8 @@ func bad(p, n uintptr) bool { return p == 0 || n == 0 || p+n < p }
 func invalid(op string, p, n uintptr) error {
 	return fmt.Errorf("pinned: %s %#x (%d bytes): %w: nil pointer, zero size or wrap-around", op, p, n, ErrInvalid)
 }
+
+func nilPointer(op string) error { return fmt.Errorf("pinned: %s: %w: nil pointer", op, ErrInvalid) }
 
 // find returns the live-or-dying entry containing p, lock-free.
 func (r *Registry) find(p uintptr) *entry {
@@ -88,7 +90,7 @@ func (r *Registry) Lock(p, n uintptr) (dev uintptr, err error) {
 // the caller has given the range up (see the package documentation).
 func (r *Registry) Unlock(p uintptr) error {
 	if p == 0 {
-		return invalid("Unlock", p, 1)
+		return nilPointer("Unlock")
 	}
 	return r.unlock("Unlock", p, explicitUnit)
 }
@@ -282,7 +284,7 @@ func (r *Registry) Register(host, dev, n uintptr) error {
 // references to it remain.
 func (r *Registry) Unregister(host uintptr) error {
 	if host == 0 {
-		return invalid("Unregister", host, 1)
+		return nilPointer("Unregister")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

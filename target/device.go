@@ -35,6 +35,9 @@ type Device struct {
 	infoOnce sync.Once
 	info     plugin.Info
 
+	amu    sync.Mutex
+	allocs map[uintptr]plugin.MemKind // what Alloc returned and Free has not taken back
+
 	closed atomic.Bool
 	qmu    sync.Mutex
 	queues map[*Queue]struct{} // open queues; nil once closed
@@ -46,6 +49,7 @@ func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg Stagi
 		reg:     pinned.New(impl),
 		pool:    newStagingPool(impl, cfg),
 		mapMode: mode,
+		allocs:  map[uintptr]plugin.MemKind{},
 		queues:  map[*Queue]struct{}{},
 	}
 }
@@ -121,7 +125,19 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 			return 0, fmt.Errorf("device %d: register %d bytes of host memory at %#x: %w", d.ID, n, p, err)
 		}
 	}
+	d.amu.Lock()
+	d.allocs[p] = kind
+	d.amu.Unlock()
 	return p, nil
+}
+
+// Kind reports the kind of memory Alloc returned at p, if it did and the
+// memory was not freed.
+func (d *Device) Kind(p uintptr) (plugin.MemKind, bool) {
+	d.amu.Lock()
+	defer d.amu.Unlock()
+	k, ok := d.allocs[p]
+	return k, ok
 }
 
 // devicePointer returns the address the device uses for host-pinned memory
@@ -147,6 +163,14 @@ func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
 	if p == 0 {
 		return fmt.Errorf("device %d: free of a nil %s pointer: %w", d.ID, kind, ErrInvalidArgument)
 	}
+	d.amu.Lock()
+	defer d.amu.Unlock()
+	switch k, ok := d.allocs[p]; {
+	case !ok:
+		return fmt.Errorf("device %d: free of %s memory at %#x: %w: not allocated by this device", d.ID, kind, p, ErrInvalidArgument)
+	case k != kind:
+		return fmt.Errorf("device %d: free of %s memory at %#x: %w: it was allocated as %s memory", d.ID, kind, p, ErrInvalidArgument, k)
+	}
 	if kind == plugin.MemHost {
 		if err := d.reg.Unregister(p); err != nil {
 			return fmt.Errorf("device %d: free of host memory at %#x: %w", d.ID, p, err)
@@ -155,6 +179,7 @@ func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
 	if err := d.impl.Free(kind, p); err != nil {
 		return fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
 	}
+	delete(d.allocs, p)
 	return nil
 }
 

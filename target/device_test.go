@@ -160,6 +160,16 @@ func TestAllocFreeRegistry(t *testing.T) {
 		t.Run(tt.kind.String(), func(t *testing.T) {
 			p, err := d.Alloc(tt.kind, 1000)
 			require.NoError(t, err)
+			k, ok := d.Kind(p)
+			require.True(t, ok)
+			require.Equal(t, tt.kind, k)
+			other := plugin.MemDevice
+			if tt.kind == other {
+				other = plugin.MemShared
+			}
+			err = d.Free(other, p)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.ErrorContains(t, err, "allocated as "+tt.kind.String()+" memory")
 			require.Equal(t, tt.registered, d.Registry().IsPinned(p+999))
 			if tt.registered {
 				dev, ok := d.Registry().Lookup(p + 10)
@@ -168,6 +178,9 @@ func TestAllocFreeRegistry(t *testing.T) {
 			}
 			require.NoError(t, d.Free(tt.kind, p))
 			require.False(t, d.Registry().IsPinned(p))
+			_, ok = d.Kind(p)
+			require.False(t, ok)
+			require.ErrorContains(t, d.Free(tt.kind, p), "not allocated by this device")
 		})
 	}
 	_, err := d.Alloc(plugin.MemHost, 0)

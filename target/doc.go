@@ -37,8 +37,11 @@
 //
 // A buffer joins its queue only after its copy has been issued, and a query
 // and the recycling it allows happen under the queue's lock: a query cannot
-// see a buffer whose copy it has not seen. A new buffer is allocated
-// (Impl.Alloc of host memory) when the pool has none of the size class
-// (powers of two from 256 bytes); if that fails the copy is submitted
-// unstaged — staging is an optimisation, never an error.
+// see a buffer whose copy it has not seen. When the pool has no buffer of
+// the size class (powers of two from 256 bytes), the submission first asks
+// its queue whether its own buffers are done (one driver query per miss, none
+// per hit), then allocates a new one (Impl.Alloc of host memory); if that
+// fails the copy is submitted unstaged — staging is an optimisation, never
+// an error. The pool keeps at most StagingConfig.MaxPoolBytes of free
+// buffers; Shutdown frees every buffer, in the pool or held by a queue.
 package target

@@ -63,6 +63,15 @@ func newStagingPool(impl plugin.Impl, cfg StagingConfig) *stagingPool {
 	return &stagingPool{impl: impl, cfg: cfg, live: map[uintptr]uintptr{}}
 }
 
+// largestClass is the size of the buffers that hold Threshold bytes: the
+// largest the pool keeps (0 when staging is off).
+func (c StagingConfig) largestClass() uintptr {
+	if c.Threshold == 0 {
+		return 0
+	}
+	return 1 << classOf(c.Threshold)
+}
+
 // classOf returns the log2 of the buffer size that holds n bytes.
 func classOf(n uintptr) int {
 	return max(bits.Len(uint(n-1)), minStagingShift)
@@ -78,27 +87,29 @@ func (sp *stagingPool) threshold() uintptr {
 	return sp.cfg.Threshold
 }
 
-// get returns a buffer of at least n bytes: a free one, or a new pinned one.
-// ok is false when none can be had (staging is then skipped).
-func (sp *stagingPool) get(n uintptr) (stagingBuf, bool) {
+// take returns a free buffer of at least n bytes from the pool, if one is
+// there.
+func (sp *stagingPool) take(n uintptr) (stagingBuf, bool) {
 	c := classOf(n)
 	size := uintptr(1) << c
 	sp.mu.Lock()
-	if sp.closed {
-		sp.mu.Unlock()
+	defer sp.mu.Unlock()
+	l := len(sp.free[c])
+	if sp.closed || l == 0 {
 		return stagingBuf{}, false
 	}
-	if l := len(sp.free[c]); l > 0 {
-		p := sp.free[c][l-1]
-		sp.free[c] = sp.free[c][:l-1]
-		sp.stats.Hits++
-		sp.stats.PoolBytes -= size
-		sp.stats.InUseBytes += size
-		sp.mu.Unlock()
-		return stagingBuf{p, size}, true
-	}
-	sp.mu.Unlock()
+	p := sp.free[c][l-1]
+	sp.free[c] = sp.free[c][:l-1]
+	sp.stats.Hits++
+	sp.stats.PoolBytes -= size
+	sp.stats.InUseBytes += size
+	return stagingBuf{p, size}, true
+}
 
+// alloc allocates a new pinned buffer of at least n bytes; ok is false when
+// none can be had (staging is then skipped).
+func (sp *stagingPool) alloc(n uintptr) (stagingBuf, bool) {
+	size := uintptr(1) << classOf(n)
 	// Allocate outside the lock: pinning takes a driver call (microseconds).
 	p, err := sp.impl.Alloc(plugin.MemHost, size)
 
@@ -132,7 +143,7 @@ func (sp *stagingPool) put(b stagingBuf, recycled bool) {
 	if recycled {
 		sp.stats.Recycled++
 	}
-	if b.size <= max(sp.cfg.Threshold, 1<<minStagingShift) && sp.stats.PoolBytes+b.size <= sp.cfg.MaxPoolBytes {
+	if b.size <= sp.cfg.largestClass() && sp.stats.PoolBytes+b.size <= sp.cfg.MaxPoolBytes {
 		c := classOf(b.size)
 		sp.free[c] = append(sp.free[c], b.p)
 		sp.stats.PoolBytes += b.size
@@ -158,7 +169,7 @@ func (sp *stagingPool) setConfig(cfg StagingConfig) {
 	}
 	for c := len(sp.free) - 1; c >= 0; c-- {
 		size := uintptr(1) << c
-		for len(sp.free[c]) > 0 && (size > max(cfg.Threshold, 1<<minStagingShift) || sp.stats.PoolBytes > cfg.MaxPoolBytes) {
+		for len(sp.free[c]) > 0 && (size > cfg.largestClass() || sp.stats.PoolBytes > cfg.MaxPoolBytes) {
 			l := len(sp.free[c])
 			sp.freeLocked(sp.free[c][l-1])
 			sp.free[c] = sp.free[c][:l-1]

@@ -134,10 +134,16 @@ func (d *Device) Submit(dst, src, n uintptr, q *Queue) error {
 // submitStaged copies src into a staging buffer and enqueues the copy from
 // it; staged is false when no buffer could be had.
 func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err error) {
-	q.recycleIfDone()
-	b, ok := d.pool.get(n)
+	b, ok := d.pool.take(n)
 	if !ok {
-		return false, nil
+		// Before pinning a new buffer, see whether the queue's own are done:
+		// one driver query per pool miss, none per hit.
+		q.recycleIfDone()
+		if b, ok = d.pool.take(n); !ok {
+			if b, ok = d.pool.alloc(n); !ok {
+				return false, nil
+			}
+		}
 	}
 	cmem.Copy(b.p, src, n)
 	// The queue gets the buffer only once the copy reading it is issued.

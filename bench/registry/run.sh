@@ -6,7 +6,8 @@
 #   Lookup at 10,000 / 1,000,000 regions, 1 and 2 goroutines: pinned vs
 #   std::set + std::shared_mutex (lookup_baseline.cpp, LLVM's lookup).
 # Needs clang-16, libomp-16-dev (libomptarget) and g++. Not part of CI.
-# Usage: bench/registry/run.sh   (BENCHTIME=2s, ITERS=..., OPS=... to tune)
+# Each side runs REPEAT times (default 3), interleaved; the table shows medians.
+# Usage: bench/registry/run.sh   (REPEAT=5, BENCHTIME=2s, ITERS=..., OPS=... to tune)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -31,22 +32,38 @@ clang-16 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -L"$llvm/lib" -Wl,-rp
 	"$here/llvm_lock.c" -o "$tmp/llvm_lock"
 g++ -O2 -std=c++17 -pthread "$here/lookup_baseline.cpp" -o "$tmp/lookup_baseline"
 
-echo "running LLVM libomptarget 16 ..." >&2
-LIBOMPTARGET_NEXTGEN_PLUGINS=1 "$tmp/llvm_lock" "${ITERS:-2000000}" >"$tmp/theirs"
-echo "running the std::set + std::shared_mutex baseline ..." >&2
-"$tmp/lookup_baseline" "${OPS:-4000000}" >>"$tmp/theirs"
-echo "running the Go benchmarks ..." >&2
-(cd "$root" && go test -run '^$' -bench '^(BenchmarkLockUnlockHit|BenchmarkLookup)$' \
-	-benchtime "${BENCHTIME:-1s}" -count 1 ./pinned) >"$tmp/go"
+(cd "$root" && go test -c -o "$tmp/pinned.test" ./pinned)
+: >"$tmp/theirs"
+: >"$tmp/go"
+for i in $(seq "${REPEAT:-3}"); do
+	echo "round $i: LLVM libomptarget 16, std::set + std::shared_mutex, Go ..." >&2
+	LIBOMPTARGET_NEXTGEN_PLUGINS=1 "$tmp/llvm_lock" "${ITERS:-2000000}" >>"$tmp/theirs"
+	"$tmp/lookup_baseline" "${OPS:-4000000}" >>"$tmp/theirs"
+	(cd "$root/pinned" && "$tmp/pinned.test" -test.run '^$' \
+		-test.bench '^(BenchmarkLockUnlockHit|BenchmarkLookup)$' \
+		-test.benchtime "${BENCHTIME:-1s}") >>"$tmp/go"
+done
 
 # BenchmarkLockUnlockHit/regions=100-2  N  55.3 ns/op -> lockunlock/regions=100 55.3
 awk '/^Benchmark/ && / ns\/op/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
 	sub(/^BenchmarkLockUnlockHit/, "lockunlock", name); sub(/^BenchmarkLookup/, "lookup", name)
-	print name, $3 }' "$tmp/go" >"$tmp/ours"
+	print name, $3 }' "$tmp/go" >"$tmp/ours.all"
+
+# median of each case's values, cases in first-seen order
+median() {
+	awk '{ if (!($1 in n)) order[++k] = $1; v[$1, ++n[$1]] = $2 }
+	END { for (i = 1; i <= k; i++) { c = order[i]; m = n[c]
+		for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (v[c, b] < v[c, a]) { t = v[c, a]; v[c, a] = v[c, b]; v[c, b] = t }
+		print c, (m % 2) ? v[c, (m + 1) / 2] : (v[c, m / 2] + v[c, m / 2 + 1]) / 2 } }' "$1"
+}
+median "$tmp/ours.all" >"$tmp/ours"
+median "$tmp/theirs" >"$tmp/theirs.med"
+mv "$tmp/theirs.med" "$tmp/theirs"
 
 cpu=$(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//')
 echo "# $cpu, $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# medians of ${REPEAT:-3} interleaved runs"
 echo "# theirs: lockunlock = LLVM libomptarget 16 host plugin; lookup = std::set + std::shared_mutex (g++ -O2)"
 awk 'NR == FNR { theirs[$1] = $2; next }
 	FNR == 1 { printf "%-36s %12s %12s %8s\n", "case", "ours ns/op", "theirs ns/op", "ratio" }

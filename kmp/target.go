@@ -1,0 +1,197 @@
+package kmp
+
+import (
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// The target part of omp.h and LLVM's extensions. Devices are numbered as
+// in OpenMP: accelerators 0..GetNumDevices()-1, then the host, the initial
+// device, which every call accepts. Bad input (a nil pointer, a zero size,
+// an unknown device, unlocking what is not locked) gives nil, nothing, or a
+// non-zero result and one warning line; it never aborts the process as
+// libomptarget does for a bad device number.
+
+// GetNumDevices is omp_get_num_devices: the number of accelerators.
+func GetNumDevices() int { return target.NumDevices() }
+
+// GetInitialDevice is omp_get_initial_device: the host's device number,
+// GetNumDevices().
+func GetInitialDevice() int { return target.InitialDevice() }
+
+// GetDefaultDevice is omp_get_default_device.
+func GetDefaultDevice() int { return target.DefaultDevice() }
+
+// SetDefaultDevice is omp_set_default_device. An invalid number leaves the
+// default unchanged.
+func SetDefaultDevice(device int) {
+	if err := target.SetDefaultDevice(device); err != nil {
+		warnf("omp_set_default_device: %v; the default device stays %d", err, target.DefaultDevice())
+	}
+}
+
+// device returns device dev, or warns on behalf of fn and returns nil.
+func lookupDevice(fn string, dev int) *target.Device {
+	d, err := target.Get(dev)
+	if err != nil {
+		warnf("%s: %v", fn, err)
+		return nil
+	}
+	return d
+}
+
+// TargetLockMem is llvm_omp_target_lock_mem: it page-locks [ptr, ptr+size)
+// for device and returns the address the device uses for ptr, or nil. A
+// range inside one already locked only adds a reference; each lock needs
+// its TargetUnlockMem. Go heap memory may be locked only while something
+// keeps it alive; memory from Alloc or mmap is the usual choice.
+func TargetLockMem(ptr unsafe.Pointer, size uintptr, device int) unsafe.Pointer {
+	const fn = "llvm_omp_target_lock_mem"
+	switch {
+	case ptr == nil:
+		warnf("%s: nil pointer", fn)
+		return nil
+	case size == 0:
+		warnf("%s: size 0 at %p", fn, ptr)
+		return nil
+	}
+	d := lookupDevice(fn, device)
+	if d == nil {
+		return nil
+	}
+	dev, err := d.LockMem(uintptr(ptr), size)
+	if err != nil {
+		warnf("%s: %v", fn, err)
+		return nil
+	}
+	return cmem.Ptr(dev)
+}
+
+// TargetUnlockMem is llvm_omp_target_unlock_mem: it drops one lock
+// reference of the range holding ptr (any pointer inside it); the last one
+// unlocks the memory.
+func TargetUnlockMem(ptr unsafe.Pointer, device int) {
+	const fn = "llvm_omp_target_unlock_mem"
+	if ptr == nil {
+		warnf("%s: nil pointer", fn)
+		return
+	}
+	d := lookupDevice(fn, device)
+	if d == nil {
+		return
+	}
+	if err := d.UnlockMem(uintptr(ptr)); err != nil {
+		warnf("%s: %v", fn, err)
+	}
+}
+
+func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsafe.Pointer {
+	if size == 0 {
+		warnf("%s: size 0", fn)
+		return nil
+	}
+	d := lookupDevice(fn, device)
+	if d == nil {
+		return nil
+	}
+	p, err := d.Alloc(kind, size)
+	if err != nil {
+		warnf("%s: %v", fn, err)
+		return nil
+	}
+	return cmem.Ptr(p)
+}
+
+// targetFree frees ptr; kind < 0 accepts any kind (omp_target_free). A nil
+// ptr does nothing, as free(NULL).
+func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) {
+	if ptr == nil {
+		return
+	}
+	d := lookupDevice(fn, device)
+	if d == nil {
+		return
+	}
+	p := uintptr(ptr)
+	if kind < 0 {
+		k, ok := d.Kind(p)
+		if !ok {
+			warnf("%s: %p was not allocated by device %d (or was freed)", fn, ptr, device)
+			return
+		}
+		kind = k
+	}
+	if err := d.Free(kind, p); err != nil {
+		warnf("%s: %v", fn, err)
+	}
+}
+
+// TargetAlloc is omp_target_alloc: n bytes of device memory (host memory
+// on the initial device).
+func TargetAlloc(size uintptr, device int) unsafe.Pointer {
+	return targetAlloc("omp_target_alloc", plugin.MemDevice, size, device)
+}
+
+// TargetFree is omp_target_free: it frees memory from any of the
+// TargetAlloc functions of the same device.
+func TargetFree(ptr unsafe.Pointer, device int) { targetFree("omp_target_free", -1, ptr, device) }
+
+// TargetAllocHost is llvm_omp_target_alloc_host: pinned host memory the
+// device can access (mlock'ed on the initial device), registered as pinned.
+func TargetAllocHost(size uintptr, device int) unsafe.Pointer {
+	return targetAlloc("llvm_omp_target_alloc_host", plugin.MemHost, size, device)
+}
+
+// TargetFreeHost is llvm_omp_target_free_host.
+func TargetFreeHost(ptr unsafe.Pointer, device int) {
+	targetFree("llvm_omp_target_free_host", plugin.MemHost, ptr, device)
+}
+
+// TargetAllocShared is llvm_omp_target_alloc_shared: memory that migrates
+// between host and device.
+func TargetAllocShared(size uintptr, device int) unsafe.Pointer {
+	return targetAlloc("llvm_omp_target_alloc_shared", plugin.MemShared, size, device)
+}
+
+// TargetFreeShared is llvm_omp_target_free_shared.
+func TargetFreeShared(ptr unsafe.Pointer, device int) {
+	targetFree("llvm_omp_target_free_shared", plugin.MemShared, ptr, device)
+}
+
+// TargetAllocDevice is llvm_omp_target_alloc_device: device memory.
+func TargetAllocDevice(size uintptr, device int) unsafe.Pointer {
+	return targetAlloc("llvm_omp_target_alloc_device", plugin.MemDevice, size, device)
+}
+
+// TargetFreeDevice is llvm_omp_target_free_device.
+func TargetFreeDevice(ptr unsafe.Pointer, device int) {
+	targetFree("llvm_omp_target_free_device", plugin.MemDevice, ptr, device)
+}
+
+// TargetMemcpy is omp_target_memcpy: it copies length bytes from src +
+// srcOffset on srcDevice to dst + dstOffset on dstDevice, between any two
+// devices including the host, and returns 0 on success. A zero length does
+// nothing and succeeds, as in libomptarget.
+func TargetMemcpy(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr, dstDevice, srcDevice int) int {
+	const fn = "omp_target_memcpy"
+	if length == 0 {
+		return 0
+	}
+	if dst == nil || src == nil {
+		warnf("%s: nil pointer (dst %p, src %p) for %d bytes", fn, dst, src, length)
+		return -1
+	}
+	d, s := uintptr(dst), uintptr(src)
+	if d+dstOffset < d || s+srcOffset < s {
+		warnf("%s: offset wraps around the address space (dst %p+%d, src %p+%d)", fn, dst, dstOffset, src, srcOffset)
+		return -1
+	}
+	if err := target.Memcpy(d+dstOffset, s+srcOffset, length, dstDevice, srcDevice); err != nil {
+		warnf("%s: %v", fn, err)
+		return -1
+	}
+	return 0
+}

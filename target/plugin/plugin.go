@@ -22,7 +22,10 @@ type Impl interface {
 	Free(kind MemKind, p uintptr) error
 
 	// Copy copies n bytes in direction dir. With q == nil it is synchronous;
-	// otherwise it is enqueued on q and may complete later.
+	// otherwise it is enqueued on q and may complete later. Host sides are
+	// always host addresses, also when the range is locked: the plugin
+	// translates to a device alias itself if its driver needs one (CUDA's
+	// copy calls take host pointers; HSA's want the agent pointer).
 	Copy(dst, src, n uintptr, dir Direction, q QueueImpl) error
 
 	// NewQueue creates an in-order queue of asynchronous work.

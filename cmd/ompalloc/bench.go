@@ -1,0 +1,347 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ompalloc/ompalloc/target"
+)
+
+const benchUsage = `Usage: ompalloc bench [--json] [--svg FILE] [--time D] [--sizes LIST] [--regions LIST] [--device N]
+
+Measures, on this machine, what deciding whether to pin needs:
+  alloc_free    alloc+free of one block per allocator (default, align64,
+                pinned) and size (64 B .. 64 MiB)
+  lock_size     lock+unlock of a fresh range against its size, through the
+                host device (mlock) and, with a GPU, the GPU's driver
+  lock_regions  with N ranges locked: lock+unlock of a contained sub-range
+                (a registry hit) and a registry lookup
+  h2d, d2h      with a GPU: copy bandwidth against size (4 KiB .. 1 GiB) from
+                pageable, pinned-allocated and registered host memory
+  small_copy    with a GPU: submit+synchronize latency of small copies on a
+                queue, with and without the pinned staging pool
+Each case runs for about --time. A table is printed at the end (JSON with
+--json); --svg also draws the results as a chart. Progress goes to stderr
+when it is a terminal.
+
+Flags:
+`
+
+// BenchSchema names the JSON layout of `ompalloc bench --json`.
+const BenchSchema = "ompalloc-bench/1"
+
+// BenchReport is `ompalloc bench --json`.
+type BenchReport struct {
+	Schema       string        `json:"schema"`
+	Version      string        `json:"version"`
+	Go           string        `json:"go"`
+	OS           string        `json:"os"`
+	Arch         string        `json:"arch"`
+	CPUs         int           `json:"cpus"`
+	TimePerCase  string        `json:"time_per_case"`
+	TimePerCaseN int64         `json:"time_per_case_ns"`
+	Device       *BenchDevice  `json:"device"` // the device of the transfer groups; null without one
+	Results      []BenchResult `json:"results"`
+	Skipped      []BenchSkip   `json:"skipped"`
+	ElapsedNs    int64         `json:"elapsed_ns"`
+}
+
+// BenchDevice is the accelerator measured.
+type BenchDevice struct {
+	Number int    `json:"number"`
+	Plugin string `json:"plugin"`
+	Name   string `json:"name"`
+}
+
+// BenchResult is one measured case.
+type BenchResult struct {
+	Group      string  `json:"group"`  // alloc_free, lock_size, lock_regions, h2d, d2h, small_copy
+	Series     string  `json:"series"` // the line of the chart: "pinned", "pageable", ...
+	SizeBytes  int64   `json:"size_bytes,omitempty"`
+	Regions    int64   `json:"regions,omitempty"`
+	NsPerOp    float64 `json:"ns_per_op"`          // 0 when Error is set
+	GBPerS     float64 `json:"gb_per_s,omitempty"` // h2d and d2h: 10^9 bytes per second
+	Iterations int     `json:"iterations"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// BenchSkip is a group that did not run, and why.
+type BenchSkip struct {
+	Group  string `json:"group"`
+	Reason string `json:"reason"`
+}
+
+type benchConfig struct {
+	asJSON   bool
+	svg      string
+	perCase  time.Duration
+	sizes    []int64 // nil: each group's default
+	regions  []int64
+	device   int // -1: the first accelerator
+	progress io.Writer
+}
+
+// Default sizes (powers of 4) and region counts.
+var (
+	defaultAllocSizes = powersOf4(64, 64<<20)
+	defaultGPUSizes   = powersOf4(4<<10, 1<<30)
+	defaultSmallSizes = []int64{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	defaultRegions    = []int64{100, 10_000, 100_000}
+)
+
+func powersOf4(lo, hi int64) []int64 {
+	var s []int64
+	for v := lo; v <= hi; v *= 4 {
+		s = append(s, v)
+	}
+	return s
+}
+
+// listFlag is a flag.Value for a comma-separated list.
+type listFlag struct {
+	v     *[]int64
+	parse func(string) (int64, error)
+	def   string
+}
+
+func (l listFlag) String() string {
+	if l.v == nil || *l.v == nil {
+		return l.def
+	}
+	parts := make([]string, len(*l.v))
+	for i, x := range *l.v {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	v, err := parseList(s, l.parse)
+	if err != nil {
+		return err
+	}
+	*l.v = v
+	return nil
+}
+
+func benchFlags() (*flag.FlagSet, *benchConfig) {
+	c := &benchConfig{device: -1}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.BoolVar(&c.asJSON, "json", false, "write JSON instead of the table")
+	fs.StringVar(&c.svg, "svg", "", "also write a chart of the results to `FILE` (SVG)")
+	fs.DurationVar(&c.perCase, "time", 200*time.Millisecond, "measuring time per case, as a Go `duration`")
+	fs.Var(listFlag{&c.sizes, parseSize, ""}, "sizes",
+		"block and copy sizes for every group, a comma-separated `LIST` like 64,4K,1M\n"+
+			"\t(default: 64 B..64 MiB in powers of 4; transfers 4 KiB..1 GiB; small copies 64 B..64 KiB)")
+	fs.Var(listFlag{&c.regions, parseCount, "100,10000,100000"}, "regions", "numbers of locked regions for lock_regions, a `LIST`")
+	fs.IntVar(&c.device, "device", -1, "device `N` for the transfer groups (default: the first accelerator;\n\tthe host's number measures host memcpy)")
+	return fs, c
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs, c := benchFlags()
+	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	if c.perCase <= 0 || c.perCase > 10*time.Minute {
+		fmt.Fprintf(stderr, "%s bench: --time %v: want a duration between 1ns and 10m\n\n", programName, c.perCase)
+		printUsage(stderr, fs, benchUsage)
+		return exitUsage
+	}
+	if c.regions == nil {
+		c.regions = defaultRegions
+	}
+	if c.device != -1 {
+		if _, err := target.Get(c.device); err != nil {
+			fmt.Fprintf(stderr, "%s bench: --device: %v\n\n", programName, err)
+			printUsage(stderr, fs, benchUsage)
+			return exitUsage
+		}
+	}
+	if isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr) {
+		c.progress = stderr
+	}
+
+	rep := runBenchmarks(c)
+
+	if c.svg != "" {
+		if err := writeSVGFile(c.svg, rep); err != nil {
+			fmt.Fprintf(stderr, "%s bench: %v\n", programName, err)
+			return exitFailed
+		}
+	}
+	if c.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "%s bench: %v\n", programName, err)
+			return exitFailed
+		}
+	} else {
+		writeBenchTable(stdout, rep)
+		if c.svg != "" {
+			fmt.Fprintf(stdout, "\nchart written to %s\n", c.svg)
+		}
+	}
+	return exitOK
+}
+
+// isTerminal reports whether f is a character device (a terminal), without
+// depending on x/term.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// benchCase is one measurement: a point of one series of one group.
+type benchCase struct {
+	group, series string
+	size, regions int64
+	// run measures within the budget; it may do untimed preparation first.
+	run func(budget time.Duration) (nsPerOp float64, iters int, err error)
+}
+
+// benchSection is a group of cases sharing buffers: setup runs before its
+// first case (an error fails every case of the section), teardown after
+// its last.
+type benchSection struct {
+	cases    []*benchCase
+	setup    func() error
+	teardown func()
+}
+
+func runBenchmarks(c *benchConfig) *BenchReport {
+	start := time.Now()
+	rep := &BenchReport{
+		Schema: BenchSchema, Version: version(), Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		CPUs: runtime.NumCPU(), TimePerCase: c.perCase.String(), TimePerCaseN: int64(c.perCase),
+		Results: []BenchResult{}, Skipped: []BenchSkip{},
+	}
+	var sections []*benchSection
+	sections = append(sections, allocSection(c), lockSizeSection(c), lockRegionsSection(c))
+	if gpu, why := pickDevice(c); gpu != nil {
+		in := gpu.Info()
+		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name}
+		sections = append(sections, transferSection(c, gpu), smallCopySection(c, gpu))
+	} else {
+		for _, g := range []string{"h2d", "d2h", "small_copy"} {
+			rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})
+		}
+	}
+
+	total := 0
+	for _, s := range sections {
+		total += len(s.cases)
+	}
+	bar := newProgress(c.progress, total)
+	for _, s := range sections {
+		var setupErr error
+		if s.setup != nil && len(s.cases) > 0 {
+			setupErr = guard(s.setup)
+		}
+		for _, bc := range s.cases {
+			bar.show(bc)
+			res := BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions}
+			err := setupErr
+			if err == nil {
+				err = guard(func() error {
+					var e error
+					res.NsPerOp, res.Iterations, e = bc.run(c.perCase)
+					return e
+				})
+			}
+			if err != nil {
+				res.NsPerOp, res.Iterations, res.Error = 0, 0, oneLine(err.Error())
+			} else if (bc.group == "h2d" || bc.group == "d2h") && res.NsPerOp > 0 {
+				res.GBPerS = float64(bc.size) / res.NsPerOp // bytes per ns = GB/s
+			}
+			rep.Results = append(rep.Results, res)
+			bar.done()
+		}
+		if s.teardown != nil {
+			_ = guard(func() error { s.teardown(); return nil })
+		}
+	}
+	bar.finish()
+	rep.ElapsedNs = int64(time.Since(start))
+	return rep
+}
+
+// guard runs f, turning a panic into an error: one broken case must not
+// stop the others.
+func guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	return f()
+}
+
+// pickDevice chooses the device of the transfer groups: --device, else the
+// first accelerator; nil and the reason when there is none.
+func pickDevice(c *benchConfig) (*target.Device, string) {
+	if c.device >= 0 {
+		d, err := target.Get(c.device)
+		if err != nil {
+			return nil, err.Error()
+		}
+		return d, ""
+	}
+	if target.NumDevices() == 0 {
+		return nil, fmt.Sprintf("no accelerator (the host is device %d; --device %d measures host memcpy)",
+			target.InitialDevice(), target.InitialDevice())
+	}
+	d, err := target.Get(0)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return d, ""
+}
+
+// progress draws a one-line bar on a terminal; with a nil writer it does
+// nothing.
+type progress struct {
+	w            io.Writer
+	total, ndone int
+	start        time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	return &progress{w: w, total: total, start: time.Now()}
+}
+
+func (p *progress) show(bc *benchCase) {
+	if p.w == nil || p.total == 0 {
+		return
+	}
+	const width = 24
+	fill := p.ndone * width / p.total
+	what := bc.group + " " + bc.series
+	if bc.size > 0 {
+		what += " " + fmtBytes(bc.size)
+	}
+	if bc.regions > 0 {
+		what += fmt.Sprintf(" %d regions", bc.regions)
+	}
+	line := fmt.Sprintf("[%s%s] %d/%d %s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), p.ndone, p.total, what)
+	if len(line) > 78 {
+		line = line[:78]
+	}
+	fmt.Fprintf(p.w, "\r%-78s", line)
+}
+
+func (p *progress) done() { p.ndone++ }
+
+func (p *progress) finish() {
+	if p.w == nil || p.total == 0 {
+		return
+	}
+	fmt.Fprintf(p.w, "\r%-78s\r", "")
+}

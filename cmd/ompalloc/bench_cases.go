@@ -1,0 +1,445 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+func sizesOr(c *benchConfig, def []int64) []int64 {
+	if c.sizes != nil {
+		return c.sizes
+	}
+	return def
+}
+
+func maxOf(s []int64) int64 {
+	m := int64(0)
+	for _, v := range s {
+		m = max(m, v)
+	}
+	return m
+}
+
+// touch writes one byte per page so that the pages exist before timing.
+func touch(p, n uintptr) {
+	b := cmem.Bytes(p, n)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+}
+
+// allocSection: alloc+free pairs on omp_default_mem_alloc, an allocator
+// with alignment=64, and one with pinned=true (null_fb, so that a failed pin
+// is reported instead of silently served unpinned).
+func allocSection(c *benchConfig) *benchSection {
+	s := &benchSection{}
+	allocs := map[string]*alloc.Allocator{}
+	s.setup = func() error {
+		def, ok := alloc.Lookup(alloc.DefaultMem)
+		if !ok {
+			return errors.New("omp_default_mem_alloc is not available")
+		}
+		allocs["default"] = def
+		a64, err := alloc.New(memspace.Default, alloc.WithAlignment(64))
+		if err != nil {
+			return err
+		}
+		allocs["align64"] = a64
+		pin, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.NullFb))
+		if err != nil {
+			return err
+		}
+		allocs["pinned"] = pin
+		return nil
+	}
+	s.teardown = func() {
+		for name, a := range allocs {
+			if name != "default" {
+				_ = a.Destroy() // trims the pinned heap: its chunks are unlocked
+			}
+		}
+	}
+	for _, series := range []string{"default", "align64", "pinned"} {
+		for _, size := range sizesOr(c, defaultAllocSizes) {
+			series, size := series, uintptr(size)
+			s.cases = append(s.cases, &benchCase{group: "alloc_free", series: series, size: int64(size),
+				run: func(budget time.Duration) (float64, int, error) {
+					a := allocs[series]
+					return measure(budget, func(n int) error {
+						for range n {
+							p, err := a.Alloc(size)
+							if err != nil {
+								return err
+							}
+							if err := a.Free(p); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+				}})
+		}
+	}
+	return s
+}
+
+// lockSizeSection: lock+unlock of a range that is not locked yet, so that
+// each pair reaches the driver (mlock/munlock on the host,
+// cuMemHostRegister/Unregister or hsa_amd_memory_lock/unlock on a GPU).
+func lockSizeSection(c *benchConfig) *benchSection {
+	s := &benchSection{}
+	sizes := sizesOr(c, defaultAllocSizes)
+	bufLen := uintptr(maxOf(sizes))
+	var buf uintptr
+	s.setup = func() error {
+		lc, err := loader.C()
+		if err != nil {
+			return err
+		}
+		if buf, err = lc.Map(bufLen); err != nil {
+			return err
+		}
+		touch(buf, bufLen)
+		return nil
+	}
+	s.teardown = func() {
+		if lc, err := loader.C(); err == nil && buf != 0 {
+			_ = lc.Unmap(buf, bufLen)
+		}
+	}
+	devs := []int{target.InitialDevice()}
+	if gpu, _ := pickDevice(c); gpu != nil && !gpu.IsHost() {
+		devs = append(devs, gpu.ID)
+	}
+	for _, dev := range devs {
+		d, err := target.Get(dev)
+		if err != nil {
+			continue
+		}
+		series := fmt.Sprintf("device %d (%s)", dev, d.Plugin())
+		if d.IsHost() {
+			series = "host (mlock)"
+		}
+		for _, size := range sizes {
+			size := uintptr(size)
+			s.cases = append(s.cases, &benchCase{group: "lock_size", series: series, size: int64(size),
+				run: func(budget time.Duration) (float64, int, error) {
+					return measure(budget, func(n int) error {
+						for range n {
+							if _, err := d.LockMem(buf, size); err != nil {
+								return err
+							}
+							if err := d.UnlockMem(buf); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+				}})
+		}
+	}
+	return s
+}
+
+// Regions of lockRegionsSection: small ranges side by side, so that 100,000
+// of them lock only a few MiB (a page is mlock'ed once, however many ranges
+// share it).
+const regionBytes = 32
+
+// lockRegionsSection: with N ranges locked on the host device, the cost of
+// a lock+unlock of a contained sub-range (a registry hit: no driver call)
+// and of a lookup, in a pseudo-random order.
+func lockRegionsSection(c *benchConfig) *benchSection {
+	s := &benchSection{}
+	var (
+		d      *target.Device
+		buf    uintptr
+		bufLen uintptr
+		locked int64
+	)
+	maxN := maxOf(c.regions)
+	s.setup = func() error {
+		var err error
+		if d, err = target.Get(target.InitialDevice()); err != nil {
+			return err
+		}
+		lc, err := loader.C()
+		if err != nil {
+			return err
+		}
+		bufLen = (uintptr(maxN)*regionBytes + 4095) &^ 4095
+		buf, err = lc.Map(bufLen)
+		return err
+	}
+	s.teardown = func() {
+		for i := int64(0); i < locked; i++ {
+			_ = d.UnlockMem(buf + uintptr(i)*regionBytes)
+		}
+		if lc, err := loader.C(); err == nil && buf != 0 {
+			_ = lc.Unmap(buf, bufLen)
+		}
+	}
+	grow := func(n int64) error {
+		for ; locked < n; locked++ {
+			if _, err := d.LockMem(buf+uintptr(locked)*regionBytes, regionBytes); err != nil {
+				return fmt.Errorf("locking region %d of %d: %w", locked+1, n, err)
+			}
+		}
+		return nil
+	}
+	// pick returns an address inside one of the n regions: xorshift32, as the
+	// registry benchmarks do.
+	pick := func(x *uint32, n int64) uintptr {
+		*x ^= *x << 13
+		*x ^= *x >> 17
+		*x ^= *x << 5
+		return buf + uintptr(uint64(*x)*uint64(n)>>32)*regionBytes + 8
+	}
+	for _, n := range c.regions {
+		s.cases = append(s.cases,
+			&benchCase{group: "lock_regions", series: "lock+unlock hit", regions: n,
+				run: func(budget time.Duration) (float64, int, error) {
+					if err := grow(n); err != nil {
+						return 0, 0, err
+					}
+					x := uint32(2463534242)
+					return measure(budget, func(k int) error {
+						for range k {
+							p := pick(&x, n)
+							if _, err := d.LockMem(p, 16); err != nil {
+								return err
+							}
+							if err := d.UnlockMem(p); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+				}},
+			&benchCase{group: "lock_regions", series: "lookup", regions: n,
+				run: func(budget time.Duration) (float64, int, error) {
+					if err := grow(n); err != nil {
+						return 0, 0, err
+					}
+					reg := d.Registry()
+					x := uint32(2463534242)
+					return measure(budget, func(k int) error {
+						for range k {
+							if _, ok := reg.Lookup(pick(&x, n)); !ok {
+								return errors.New("lookup missed a locked region")
+							}
+						}
+						return nil
+					})
+				}})
+	}
+	return s
+}
+
+// transferBuffers are the host sides of the transfer groups, each as large
+// as the largest size: pageable memory, a block from a pinned allocator, and
+// pageable memory registered with LockMem. A buffer that could not be had
+// records why; its series then fail with that reason.
+type transferBuffers struct {
+	d        *target.Device
+	n        uintptr
+	dev      uintptr
+	pageable uintptr
+	reg      uintptr
+	regOK    bool
+	pin      *alloc.Allocator
+	pinBlk   uintptr
+	errs     map[string]error
+}
+
+func (t *transferBuffers) host(series string) (uintptr, error) {
+	if err := t.errs[series]; err != nil {
+		return 0, err
+	}
+	switch series {
+	case "pageable":
+		return t.pageable, nil
+	case "pinned":
+		return t.pinBlk, nil
+	case "registered":
+		return t.reg, nil
+	}
+	return 0, fmt.Errorf("unknown series %q", series)
+}
+
+func (t *transferBuffers) setup() error {
+	t.errs = map[string]error{}
+	lc, err := loader.C()
+	if err != nil {
+		return err
+	}
+	if t.dev, err = t.d.Alloc(plugin.MemDevice, t.n); err != nil {
+		return err
+	}
+	if t.d.IsHost() {
+		touch(t.dev, t.n) // host "device" memory is host memory: fault it in now
+	}
+	if t.pageable, err = lc.Map(t.n); err != nil {
+		return err
+	}
+	touch(t.pageable, t.n)
+	if t.reg, err = lc.Map(t.n); err != nil {
+		return err
+	}
+	touch(t.reg, t.n)
+	if _, err := t.d.LockMem(t.reg, t.n); err != nil {
+		t.errs["registered"] = err
+	} else {
+		t.regOK = true
+	}
+	t.pin, err = alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithPinDevice(t.d.ID), alloc.WithFallback(traits.NullFb))
+	if err == nil {
+		var p unsafe.Pointer
+		if p, err = t.pin.Alloc(t.n); err == nil {
+			t.pinBlk = uintptr(p)
+			touch(t.pinBlk, t.n)
+		}
+	}
+	if err != nil {
+		t.errs["pinned"] = err
+	}
+	return nil
+}
+
+func (t *transferBuffers) teardown() {
+	lc, _ := loader.C()
+	if t.pinBlk != 0 {
+		_ = t.pin.Free(cmem.Ptr(t.pinBlk))
+	}
+	if t.pin != nil {
+		_ = t.pin.Destroy()
+	}
+	if t.regOK {
+		_ = t.d.UnlockMem(t.reg)
+	}
+	if lc != nil {
+		for _, p := range []uintptr{t.reg, t.pageable} {
+			if p != 0 {
+				_ = lc.Unmap(p, t.n)
+			}
+		}
+	}
+	if t.dev != 0 {
+		_ = t.d.Free(plugin.MemDevice, t.dev)
+	}
+}
+
+// transferSection: synchronous copies between host and device memory.
+func transferSection(c *benchConfig, d *target.Device) *benchSection {
+	sizes := sizesOr(c, defaultGPUSizes)
+	t := &transferBuffers{d: d, n: uintptr(maxOf(sizes))}
+	s := &benchSection{setup: t.setup, teardown: t.teardown}
+	for _, group := range []string{"h2d", "d2h"} {
+		for _, series := range []string{"pageable", "pinned", "registered"} {
+			for _, size := range sizes {
+				group, series, size := group, series, uintptr(size)
+				s.cases = append(s.cases, &benchCase{group: group, series: series, size: int64(size),
+					run: func(budget time.Duration) (float64, int, error) {
+						h, err := t.host(series)
+						if err != nil {
+							return 0, 0, err
+						}
+						return measure(budget, func(n int) error {
+							for range n {
+								var err error
+								if group == "h2d" {
+									err = d.Submit(t.dev, h, size, nil)
+								} else {
+									err = d.Retrieve(h, t.dev, size, nil)
+								}
+								if err != nil {
+									return err
+								}
+							}
+							return nil
+						})
+					}})
+			}
+		}
+	}
+	return s
+}
+
+// smallCopySection: a small host→device copy submitted on a queue and
+// waited for, from pageable memory through the staging pool ("staged"),
+// from pageable memory with staging off ("unstaged"), and from pinned
+// memory ("pinned source").
+func smallCopySection(c *benchConfig, d *target.Device) *benchSection {
+	var sizes []int64
+	for _, v := range sizesOr(c, defaultSmallSizes) {
+		if v <= 64<<10 {
+			sizes = append(sizes, v)
+		}
+	}
+	t := &transferBuffers{d: d, n: uintptr(max(maxOf(sizes), 1))}
+	var (
+		q    *target.Queue
+		orig target.StagingConfig
+	)
+	s := &benchSection{}
+	s.setup = func() error {
+		if err := t.setup(); err != nil {
+			return err
+		}
+		orig = d.StagingConfig()
+		var err error
+		q, err = d.NewQueue()
+		return err
+	}
+	s.teardown = func() {
+		if q != nil {
+			_ = q.Close()
+		}
+		d.SetStagingConfig(orig)
+		t.teardown()
+	}
+	for _, series := range []string{"staged", "unstaged", "pinned source"} {
+		for _, size := range sizes {
+			series, size := series, uintptr(size)
+			s.cases = append(s.cases, &benchCase{group: "small_copy", series: series, size: int64(size),
+				run: func(budget time.Duration) (float64, int, error) {
+					cfg := orig
+					src := t.pageable
+					switch series {
+					case "staged":
+						cfg.Threshold = max(cfg.Threshold, size)
+					case "unstaged":
+						cfg.Threshold = 0
+					case "pinned source":
+						var err error
+						if src, err = t.host("pinned"); err != nil {
+							return 0, 0, err
+						}
+					}
+					d.SetStagingConfig(cfg)
+					return measure(budget, func(n int) error {
+						for range n {
+							if err := d.Submit(t.dev, src, size, q); err != nil {
+								return err
+							}
+							if err := q.Synchronize(); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+				}})
+		}
+	}
+	return s
+}

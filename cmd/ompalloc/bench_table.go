@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// groupInfo says how a group is shown: its title, what its x axis is, and
+// whether its cells are bandwidths.
+type groupInfo struct {
+	name, title string
+	byRegions   bool
+	bandwidth   bool
+}
+
+var groups = []groupInfo{
+	{name: "alloc_free", title: "alloc+free of one block (time per pair)"},
+	{name: "lock_size", title: "lock+unlock of a range not yet locked (time per pair; a driver call each)"},
+	{name: "lock_regions", title: "with N regions locked: lock+unlock of a contained sub-range, and a lookup", byRegions: true},
+	{name: "h2d", title: "host→device copy bandwidth", bandwidth: true},
+	{name: "d2h", title: "device→host copy bandwidth", bandwidth: true},
+	{name: "small_copy", title: "small host→device copy on a queue: submit + synchronize"},
+}
+
+// grid arranges a group's results by x (size or regions) and series.
+type grid struct {
+	xs     []int64
+	series []string
+	cell   map[string]map[int64]BenchResult
+}
+
+func gridOf(g groupInfo, results []BenchResult) *grid {
+	gr := &grid{cell: map[string]map[int64]BenchResult{}}
+	seenX := map[int64]bool{}
+	for _, r := range results {
+		if r.Group != g.name {
+			continue
+		}
+		x := r.SizeBytes
+		if g.byRegions {
+			x = r.Regions
+		}
+		if gr.cell[r.Series] == nil {
+			gr.cell[r.Series] = map[int64]BenchResult{}
+			gr.series = append(gr.series, r.Series)
+		}
+		gr.cell[r.Series][x] = r
+		if !seenX[x] {
+			seenX[x] = true
+			gr.xs = append(gr.xs, x)
+		}
+	}
+	sort.Slice(gr.xs, func(i, j int) bool { return gr.xs[i] < gr.xs[j] })
+	return gr
+}
+
+func writeBenchTable(w io.Writer, rep *BenchReport) {
+	fmt.Fprintf(w, "%s bench: %s %s/%s, %d CPUs, %s per case\n", programName, rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.TimePerCase)
+	if rep.Device != nil {
+		fmt.Fprintf(w, "transfers on device %d (%s %s)\n", rep.Device.Number, rep.Device.Plugin, rep.Device.Name)
+	}
+	var failures []string
+	seen := map[string]bool{}
+	for _, g := range groups {
+		gr := gridOf(g, rep.Results)
+		if len(gr.xs) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s\n", g.title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		head := "SIZE"
+		if g.byRegions {
+			head = "REGIONS"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\n", head, strings.Join(gr.series, "\t"))
+		for _, x := range gr.xs {
+			label := fmtBytes(x)
+			if g.byRegions {
+				label = fmt.Sprint(x)
+			}
+			cells := []string{label}
+			for _, s := range gr.series {
+				r, ok := gr.cell[s][x]
+				switch {
+				case !ok:
+					cells = append(cells, "")
+				case r.Error != "":
+					cells = append(cells, "failed")
+					msg := fmt.Sprintf("%s %s: %s", g.name, s, r.Error)
+					if !seen[msg] {
+						seen[msg] = true
+						failures = append(failures, fmt.Sprintf("%s %s %s: %s", g.name, s, label, r.Error))
+					}
+				case g.bandwidth:
+					cells = append(cells, fmtRate(r.GBPerS))
+				default:
+					cells = append(cells, fmtNs(r.NsPerOp))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
+		}
+		tw.Flush()
+	}
+	// One line per reason: "skipped h2d, d2h, small_copy: no accelerator".
+	var reasons []string
+	byReason := map[string][]string{}
+	for _, s := range rep.Skipped {
+		if byReason[s.Reason] == nil {
+			reasons = append(reasons, s.Reason)
+		}
+		byReason[s.Reason] = append(byReason[s.Reason], s.Group)
+	}
+	for _, r := range reasons {
+		fmt.Fprintf(w, "\nskipped %s: %s\n", strings.Join(byReason[r], ", "), r)
+	}
+	if len(failures) > 0 {
+		fmt.Fprintln(w, "\nfailures:")
+		for _, f := range failures {
+			fmt.Fprintf(w, "  %s\n", f)
+		}
+	}
+	fmt.Fprintf(w, "\n(%s in all; each figure is one run on a machine that may be busy: compare within a run)\n",
+		time.Duration(rep.ElapsedNs).Round(100*time.Millisecond))
+}

@@ -1,0 +1,73 @@
+// Command ompalloc shows what the ompalloc runtime sees on this machine and
+// measures how fast it is here.
+//
+//	go run ./cmd/ompalloc info            # drivers, devices, memory spaces, allocators, limits
+//	go run ./cmd/ompalloc info --json
+//	go run ./cmd/ompalloc bench           # about 10 s without a GPU, well under a minute with one
+//	go run ./cmd/ompalloc bench --json --svg bench.svg --time 100ms --sizes 64,4K,1M
+//
+// Exit status: 0 success (also on a machine without GPUs), 1 when something
+// the command was asked to do failed (a file that cannot be written), 2 for
+// a bad command line (the usage goes to stderr), 3 for an internal error.
+//
+// # info
+//
+// Lists each device plugin's driver (the library loaded or why none was,
+// its version, the init result by the driver's own name), the devices in
+// OpenMP numbering (accelerators first, then the host as the initial
+// device) with memory, compute capability or gfx name, NUMA node and the
+// state of the device's pinned registry, the memory spaces and what backs
+// each, the predefined allocators with their memory space and traits, the
+// OMP_ALLOCATOR in force (its value, the default allocator it gave, or the
+// warning that rejected it), RLIMIT_MEMLOCK, VmLck (Linux), and the limit on
+// bytes pinned allocators may lock.
+//
+// With --json, stdout is one JSON object (schema "ompalloc-info/1"; fields
+// are only added within a schema version):
+//
+//	schema, version, go, os, arch: strings; cpus: number
+//	drivers[]:    {plugin, library ("" none), version, init, usable, error?}
+//	num_devices, initial_device, default_device: numbers
+//	devices[]:    {number, plugin, initial, default, name, vendor, memory_bytes,
+//	               capability, numa_node (-1 unknown),
+//	               registry: {entries, locked_bytes, external_bytes, registered_bytes, hits, misses}}
+//	memspaces[]:  {handle, name, kind (host, target-host, ...), memory, backed_by}
+//	allocators[]: {handle, name, memspace, traits (OMP_ALLOCATOR syntax, "defaults"), default}
+//	omp_allocator: {set, value, resolved, handle, memspace, traits, warning?}
+//	memlock:      {soft_bytes, hard_bytes (-1 unlimited or n/a), soft, hard ("unlimited", "8 MiB", "n/a"),
+//	               vmlck_bytes (-1 n/a), vmlck, cap_ipc_lock}
+//	pinned:       {limit_bytes (0 none), used_bytes, limit, env (OMPALLOC_PINNED_LIMIT as set)}
+//	errors[]?:    parts of the report that could not be read
+//
+// # bench
+//
+// Measures, per case, with adaptive iteration counts bounded by --time
+// (default 200ms per case):
+//
+//	alloc_free    alloc+free of one block on omp_default_mem_alloc, an alignment=64
+//	              allocator and a pinned=true allocator (null_fb), 64 B .. 64 MiB
+//	lock_size     lock+unlock of a range not yet locked, through the host device
+//	              (mlock) and, with a GPU, through its driver: each pair is a driver call
+//	lock_regions  with 100 / 10,000 / 100,000 small ranges locked: lock+unlock of a
+//	              contained sub-range (a registry hit) and a lookup
+//	h2d, d2h      with a GPU: synchronous copy bandwidth, 4 KiB .. 1 GiB, from pageable,
+//	              pinned-allocated and registered (LockMem) host memory
+//	small_copy    with a GPU: submit on a queue + synchronize, 64 B .. 64 KiB, staged
+//	              through the pinned staging pool, unstaged, and from pinned memory
+//
+// --sizes replaces the sizes of every group (small_copy keeps those up to
+// 64 KiB); --regions the region counts; --device N picks the device of the
+// transfer groups (the host's number measures host memcpy, useful to try
+// them on a machine without a GPU). A progress bar is drawn on stderr only
+// when stderr is a terminal. --svg FILE writes a standalone SVG chart: one
+// log-log panel per group, one line per series.
+//
+// With --json, stdout is one JSON object (schema "ompalloc-bench/1"):
+//
+//	schema, version, go, os, arch: strings; cpus: number
+//	time_per_case (a Go duration), time_per_case_ns, elapsed_ns: the whole run
+//	device: {number, plugin, name} of the transfer groups, or null
+//	results[]: {group, series, size_bytes?, regions?, ns_per_op, gb_per_s? (h2d, d2h),
+//	            iterations, error? (then ns_per_op is 0)}
+//	skipped[]: {group, reason}
+package main

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+const infoUsage = `Usage: ompalloc info [--json]
+
+Shows what the runtime sees on this machine: drivers, devices, memory
+spaces, allocators, OMP_ALLOCATOR, RLIMIT_MEMLOCK and VmLck, the pinned-bytes
+limit, and each device's pinned registry. --json writes the same as one JSON
+object (schema "ompalloc-info/1", see the package documentation).
+
+Flags:
+`
+
+// InfoSchema names the JSON layout of `ompalloc info --json`; it changes
+// only when a field is removed or changes meaning.
+const InfoSchema = "ompalloc-info/1"
+
+// InfoReport is `ompalloc info --json`.
+type InfoReport struct {
+	Schema        string          `json:"schema"`
+	Version       string          `json:"version"`
+	Go            string          `json:"go"`
+	OS            string          `json:"os"`
+	Arch          string          `json:"arch"`
+	CPUs          int             `json:"cpus"`
+	Drivers       []DriverInfo    `json:"drivers"`
+	NumDevices    int             `json:"num_devices"`
+	InitialDevice int             `json:"initial_device"`
+	DefaultDevice int             `json:"default_device"`
+	Devices       []DeviceInfo    `json:"devices"`
+	Memspaces     []MemspaceInfo  `json:"memspaces"`
+	Allocators    []AllocatorInfo `json:"allocators"`
+	OMPAllocator  EnvAllocator    `json:"omp_allocator"`
+	Memlock       MemlockInfo     `json:"memlock"`
+	Pinned        PinnedInfo      `json:"pinned"`
+	Errors        []string        `json:"errors,omitempty"`
+}
+
+// DriverInfo is one plugin's driver.
+type DriverInfo struct {
+	Plugin  string `json:"plugin"`
+	Library string `json:"library"` // path loaded; "" when none
+	Version string `json:"version"`
+	Init    string `json:"init"` // the init result by the driver's name for it, or why there is none
+	Usable  bool   `json:"usable"`
+	Error   string `json:"error,omitempty"`
+}
+
+// DeviceInfo is one OpenMP device.
+type DeviceInfo struct {
+	Number      int          `json:"number"`
+	Plugin      string       `json:"plugin"`
+	Initial     bool         `json:"initial"`
+	Default     bool         `json:"default"`
+	Name        string       `json:"name"`
+	Vendor      string       `json:"vendor"`
+	MemoryBytes uint64       `json:"memory_bytes"`
+	Capability  string       `json:"capability"`
+	NUMANode    int          `json:"numa_node"` // -1: unknown
+	Registry    RegistryInfo `json:"registry"`
+}
+
+// RegistryInfo is the state of a device's pinned registry.
+type RegistryInfo struct {
+	Entries         int    `json:"entries"`
+	LockedBytes     uint64 `json:"locked_bytes"`
+	ExternalBytes   uint64 `json:"external_bytes"`
+	RegisteredBytes uint64 `json:"registered_bytes"`
+	Hits            uint64 `json:"hits"`
+	Misses          uint64 `json:"misses"`
+}
+
+// MemspaceInfo is a predefined memory space and what backs it.
+type MemspaceInfo struct {
+	Handle   uint64 `json:"handle"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Memory   string `json:"memory"`
+	BackedBy string `json:"backed_by"`
+}
+
+// AllocatorInfo is a predefined allocator.
+type AllocatorInfo struct {
+	Handle   uint64 `json:"handle"`
+	Name     string `json:"name"`
+	Memspace string `json:"memspace"`
+	Traits   string `json:"traits"` // those that differ from the defaults, in OMP_ALLOCATOR syntax
+	Default  bool   `json:"default"`
+}
+
+// EnvAllocator is the OMP_ALLOCATOR in force.
+type EnvAllocator struct {
+	Set      bool   `json:"set"`
+	Value    string `json:"value"`
+	Resolved string `json:"resolved"` // the default allocator it gave
+	Handle   uint64 `json:"handle"`
+	Memspace string `json:"memspace"`
+	Traits   string `json:"traits"`
+	Warning  string `json:"warning,omitempty"` // why the value was not used
+}
+
+// MemlockInfo is RLIMIT_MEMLOCK and VmLck. -1 means unlimited (limits) or
+// not available (VmLck, and limits on systems without them).
+type MemlockInfo struct {
+	SoftBytes  int64  `json:"soft_bytes"`
+	HardBytes  int64  `json:"hard_bytes"`
+	Soft       string `json:"soft"` // "unlimited", "8 MiB", "n/a"
+	Hard       string `json:"hard"`
+	VmLckBytes int64  `json:"vmlck_bytes"`
+	VmLck      string `json:"vmlck"`
+	CapIPCLock bool   `json:"cap_ipc_lock"` // the process may lock memory beyond the limit (root)
+}
+
+// PinnedInfo is the limit on bytes locked by pinned allocators.
+type PinnedInfo struct {
+	LimitBytes uint64 `json:"limit_bytes"` // 0: no limit
+	UsedBytes  uint64 `json:"used_bytes"`
+	Limit      string `json:"limit"`
+	Env        string `json:"env"` // OMPALLOC_PINNED_LIMIT as set, "" when unset
+}
+
+func infoFlags() (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "write JSON instead of text")
+	return fs, asJSON
+}
+
+func runInfo(args []string, stdout, stderr io.Writer) int {
+	fs, asJSON := infoFlags()
+	if ok, code := parseFlags(fs, infoUsage, args, stdout, stderr); !ok {
+		return code
+	}
+	r := gatherInfo()
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintf(stderr, "%s info: %v\n", programName, err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	writeInfo(stdout, r)
+	return exitOK
+}
+
+// section runs f, turning a panic into an error entry, so that one broken
+// part of the runtime does not hide the rest of the report.
+func (r *InfoReport) section(name string, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: internal error: %v", name, p))
+		}
+	}()
+	f()
+}
+
+func gatherInfo() *InfoReport {
+	r := &InfoReport{
+		Schema: InfoSchema, Version: version(), Go: runtime.Version(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(),
+		Drivers: []DriverInfo{}, Devices: []DeviceInfo{},
+		Memspaces: []MemspaceInfo{}, Allocators: []AllocatorInfo{},
+	}
+	r.section("drivers", func() {
+		for _, s := range target.Plugins() {
+			d := DriverInfo{Plugin: s.Plugin, Library: s.Library, Version: s.Version, Init: s.Init, Usable: s.Err == nil}
+			if s.Err != nil {
+				d.Error = s.Err.Error()
+			}
+			r.Drivers = append(r.Drivers, d)
+		}
+	})
+	r.section("devices", func() {
+		r.NumDevices = target.NumDevices()
+		r.InitialDevice = target.InitialDevice()
+		r.DefaultDevice = target.DefaultDevice()
+		for _, d := range target.Devices() {
+			in := d.Info()
+			st := d.Registry().Stats()
+			r.Devices = append(r.Devices, DeviceInfo{
+				Number: d.ID, Plugin: d.Plugin(), Initial: d.IsHost(), Default: d.ID == r.DefaultDevice,
+				Name: in.Name, Vendor: in.Vendor, MemoryBytes: in.Memory, Capability: in.Capability, NUMANode: in.NUMANode,
+				Registry: RegistryInfo{
+					Entries: st.Entries, LockedBytes: uint64(st.LockedBytes), ExternalBytes: uint64(st.ExternalBytes),
+					RegisteredBytes: uint64(st.RegisteredBytes), Hits: st.Hits, Misses: st.Misses,
+				},
+			})
+		}
+	})
+	r.section("memspaces", func() {
+		for _, id := range memspace.All() {
+			b := memspace.Describe(id)
+			r.Memspaces = append(r.Memspaces, MemspaceInfo{
+				Handle: uint64(id), Name: id.String(), Kind: b.Kind.String(), Memory: b.Memory, BackedBy: b.BackedBy.String(),
+			})
+		}
+	})
+	r.section("allocators", func() {
+		def := alloc.Default()
+		for _, h := range traits.PredefinedAllocators() {
+			a, ok := alloc.Lookup(alloc.Handle(h))
+			if !ok {
+				r.Errors = append(r.Errors, fmt.Sprintf("allocators: %s is not available", traits.AllocatorName(h)))
+				continue
+			}
+			r.Allocators = append(r.Allocators, AllocatorInfo{
+				Handle: uint64(h), Name: traits.AllocatorName(h), Memspace: a.Memspace().String(),
+				Traits: a.Traits().String(), Default: a == def,
+			})
+		}
+	})
+	r.section("OMP_ALLOCATOR", func() { r.OMPAllocator = envAllocator() })
+	r.section("memlock", func() {
+		m := MemlockInfo{SoftBytes: -1, HardBytes: -1, Soft: "n/a", Hard: "n/a", VmLckBytes: -1, VmLck: "n/a"}
+		if soft, hard, ok := memlockLimit(); ok {
+			m.SoftBytes, m.HardBytes = soft, hard
+			m.Soft, m.Hard = limitText(soft), limitText(hard)
+		}
+		m.CapIPCLock = capIPCLock()
+		if v, ok := vmLck(); ok {
+			m.VmLckBytes, m.VmLck = v, fmtBytes(v)
+		}
+		r.Memlock = m
+	})
+	r.section("pinned", func() {
+		max, used := alloc.PinnedLimit()
+		p := PinnedInfo{LimitBytes: uint64(max), UsedBytes: uint64(used), Limit: "none", Env: os.Getenv(alloc.PinnedLimitEnv)}
+		if max > 0 {
+			p.Limit = fmtBytes(int64(max))
+		}
+		r.Pinned = p
+	})
+	return r
+}
+
+func limitText(v int64) string {
+	if v < 0 {
+		return "unlimited"
+	}
+	return fmtBytes(v)
+}
+
+// envAllocator says what OMP_ALLOCATOR asked for and what it gave. The
+// runtime prints its own warning for a bad value (once, on stderr); the
+// reason is repeated here so that --json carries it.
+func envAllocator() EnvAllocator {
+	v, set := os.LookupEnv(traits.EnvVar)
+	def := alloc.Default()
+	e := EnvAllocator{
+		Set: set, Value: v, Resolved: def.String(), Handle: uint64(def.Handle()),
+		Memspace: def.Memspace().String(), Traits: def.Traits().String(),
+	}
+	if !set || v == "" || def.Handle() != alloc.DefaultMem {
+		return e
+	}
+	// The default is omp_default_mem_alloc although the variable is set:
+	// either it names that allocator, or it was rejected. Find out why.
+	spec, err := traits.ParseEnv(v)
+	switch {
+	case err != nil:
+		e.Warning = err.Error()
+	case spec.Allocator != 0:
+		if _, ok := alloc.Lookup(alloc.Handle(spec.Allocator)); !ok {
+			e.Warning = fmt.Sprintf("%s=%q: allocator %s is not available", traits.EnvVar, v, traits.AllocatorName(spec.Allocator))
+		}
+	default:
+		a, err := alloc.NewFromTraits(spec.Memspace, spec.Traits)
+		if err != nil {
+			e.Warning = fmt.Sprintf("%s=%q: %v", traits.EnvVar, v, err)
+		} else {
+			_ = a.Destroy()
+		}
+	}
+	if e.Warning != "" {
+		e.Warning += "; using omp_default_mem_alloc"
+	}
+	return e
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeInfo prints the report as aligned text.
+func writeInfo(w io.Writer, r *InfoReport) {
+	fmt.Fprintf(w, "%s %s, %s %s/%s, %d CPUs\n", programName, r.Version, r.Go, r.OS, r.Arch, r.CPUs)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	heading := func(s string) {
+		tw.Flush()
+		fmt.Fprintf(w, "\n%s\n", s)
+	}
+
+	heading("Drivers")
+	fmt.Fprintln(tw, "  PLUGIN\tLIBRARY\tVERSION\tINIT")
+	var notes []string
+	for _, d := range r.Drivers {
+		lib, init := d.Library, oneLine(dash(d.Init))
+		if lib == "" {
+			lib = "none"
+		}
+		if len(init) > 48 { // a long reason (every candidate tried) goes below the table
+			notes = append(notes, fmt.Sprintf("  %s: %s", d.Plugin, init))
+			init = "see below"
+			if d.Library == "" {
+				init = "not loaded, see below"
+			}
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.Plugin, lib, dash(d.Version), init)
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+
+	accel := "no accelerators"
+	if r.NumDevices > 0 {
+		accel = fmt.Sprintf("%d accelerator(s)", r.NumDevices)
+	}
+	heading(fmt.Sprintf("Devices (%s; the host is the initial device %d; default device %d)",
+		accel, r.InitialDevice, r.DefaultDevice))
+	fmt.Fprintln(tw, "  #\tPLUGIN\tNAME\tVENDOR\tMEMORY\tCAPABILITY\tNUMA\tREGISTRY")
+	for _, d := range r.Devices {
+		num := fmt.Sprint(d.Number)
+		var tags []string
+		if d.Initial {
+			tags = append(tags, "initial")
+		}
+		if d.Default {
+			tags = append(tags, "default")
+		}
+		if len(tags) > 0 {
+			num += " (" + strings.Join(tags, ", ") + ")"
+		}
+		numa := "-"
+		if d.NUMANode >= 0 {
+			numa = fmt.Sprint(d.NUMANode)
+		}
+		reg := fmt.Sprintf("%d entries, %s locked", d.Registry.Entries, fmtBytes(int64(d.Registry.LockedBytes)))
+		if d.Registry.ExternalBytes > 0 {
+			reg += ", " + fmtBytes(int64(d.Registry.ExternalBytes)) + " external"
+		}
+		if d.Registry.RegisteredBytes > 0 {
+			reg += ", " + fmtBytes(int64(d.Registry.RegisteredBytes)) + " registered"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", num, d.Plugin, dash(d.Name), dash(d.Vendor),
+			fmtBytes(int64(d.MemoryBytes)), dash(d.Capability), numa, reg)
+	}
+
+	heading("Memory spaces")
+	fmt.Fprintln(tw, "  HANDLE\tNAME\tKIND\tBACKED BY")
+	for _, m := range r.Memspaces {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", m.Handle, m.Name, m.Kind, m.Memory)
+	}
+
+	heading("Predefined allocators")
+	fmt.Fprintln(tw, "  HANDLE\tNAME\tMEMORY SPACE\tTRAITS (besides the defaults)")
+	for _, a := range r.Allocators {
+		name := a.Name
+		if a.Default {
+			name += " (default)"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", a.Handle, name, a.Memspace, a.Traits)
+	}
+
+	heading("OMP_ALLOCATOR")
+	e := r.OMPAllocator
+	if e.Set {
+		fmt.Fprintf(tw, "  value\t%q\n", e.Value)
+	} else {
+		fmt.Fprintf(tw, "  value\t(not set)\n")
+	}
+	fmt.Fprintf(tw, "  default allocator\t%s (handle %d) on %s, traits: %s\n", e.Resolved, e.Handle, e.Memspace, e.Traits)
+	if e.Warning != "" {
+		fmt.Fprintf(tw, "  warning\t%s\n", e.Warning)
+	}
+
+	heading("Page locking")
+	rl := fmt.Sprintf("soft %s, hard %s", r.Memlock.Soft, r.Memlock.Hard)
+	if r.Memlock.CapIPCLock {
+		rl += " (the process has CAP_IPC_LOCK: the limit does not bind)"
+	}
+	fmt.Fprintf(tw, "  RLIMIT_MEMLOCK\t%s\n", rl)
+	fmt.Fprintf(tw, "  VmLck\t%s\n", r.Memlock.VmLck)
+	limit := r.Pinned.Limit
+	if r.Pinned.Env != "" {
+		limit += fmt.Sprintf(" (%s=%s)", alloc.PinnedLimitEnv, r.Pinned.Env)
+	} else {
+		limit += fmt.Sprintf(" (default; %s overrides)", alloc.PinnedLimitEnv)
+	}
+	fmt.Fprintf(tw, "  pinned-bytes limit\t%s, %s in use\n", limit, fmtBytes(int64(r.Pinned.UsedBytes)))
+	tw.Flush()
+
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(w, "\nErrors")
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The command is tested end to end: built once per test binary with the go
+// tool, then run as a user would.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", errors.New("the go tool is not on PATH")
+	}
+	return p, nil
+}
+
+// binary builds cmd/ompalloc (cgo-free, as users get it) once.
+func binary(t *testing.T) string {
+	t.Helper()
+	goBin, err := goTool()
+	if err != nil {
+		t.Skipf("cannot build the command: %v", err)
+	}
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "ompalloc-cmd-test-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(buildDir, "ompalloc")
+		cmd := exec.Command(goBin, "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// ompalloc runs the built command with a time bound; env adds variables.
+func ompalloc(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("ompalloc %v: still running after 2 minutes", args)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestInfoText(t *testing.T) {
+	r := ompalloc(t, nil, "info")
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, want := range []string{"Drivers", "host", "Devices", "initial", "Memory spaces", "omp_default_mem_space",
+		"Predefined allocators", "omp_default_mem_alloc (default)", "llvm_omp_target_device_mem_alloc",
+		"OMP_ALLOCATOR", "RLIMIT_MEMLOCK", "VmLck", "pinned-bytes limit"} {
+		require.Contains(t, r.stdout, want)
+	}
+	require.NotContains(t, r.stdout+r.stderr, "panic")
+}
+
+func infoJSON(t *testing.T, env ...string) (*InfoReport, string) {
+	t.Helper()
+	r := ompalloc(t, env, "info", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rep InfoReport
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&rep), "stdout must be exactly one JSON object:\n%s", r.stdout)
+	return &rep, r.stderr
+}
+
+func TestInfoJSON(t *testing.T) {
+	rep, _ := infoJSON(t)
+	require.Equal(t, InfoSchema, rep.Schema)
+	require.Equal(t, runtime.GOOS, rep.OS)
+	require.Empty(t, rep.Errors)
+
+	// The host is always there, as the initial device numbered after the
+	// accelerators.
+	require.Len(t, rep.Devices, rep.NumDevices+1)
+	host := rep.Devices[len(rep.Devices)-1]
+	require.True(t, host.Initial)
+	require.Equal(t, "host", host.Plugin)
+	require.Equal(t, rep.NumDevices, host.Number)
+	require.Equal(t, rep.NumDevices, rep.InitialDevice)
+	require.Greater(t, host.MemoryBytes, uint64(0))
+	defaults := 0
+	for _, d := range rep.Devices {
+		if d.Default {
+			defaults++
+			require.Equal(t, rep.DefaultDevice, d.Number)
+		}
+	}
+	require.Equal(t, 1, defaults)
+
+	var plugins []string
+	for _, d := range rep.Drivers {
+		plugins = append(plugins, d.Plugin)
+		require.NotEmpty(t, d.Init, "driver %s: an init result or the reason there is none", d.Plugin)
+		require.Equal(t, d.Error == "", d.Usable)
+	}
+	require.Contains(t, plugins, "host")
+
+	require.Len(t, rep.Memspaces, 8)
+	require.Equal(t, "omp_default_mem_space", rep.Memspaces[0].Name)
+	require.EqualValues(t, 99, rep.Memspaces[0].Handle)
+	require.Len(t, rep.Allocators, 11)
+	require.Equal(t, "omp_default_mem_alloc", rep.Allocators[0].Name)
+	require.True(t, rep.Allocators[0].Default)
+
+	require.False(t, rep.OMPAllocator.Set)
+	require.Equal(t, "omp_default_mem_alloc", rep.OMPAllocator.Resolved)
+
+	require.NotEmpty(t, rep.Memlock.Soft)
+	if runtime.GOOS == "linux" {
+		require.GreaterOrEqual(t, rep.Memlock.VmLckBytes, int64(0))
+		require.NotEqual(t, "n/a", rep.Memlock.Soft)
+	}
+}
+
+func TestInfoOMPAllocator(t *testing.T) {
+	for _, tc := range []struct {
+		value, resolved, warning string
+	}{
+		{"omp_large_cap_mem_alloc", "omp_large_cap_mem_alloc", ""},
+		{"omp_default_mem_space:alignment=64,pool_size=1048576", "allocator#", ""},
+		{"omp_default_mem_space:alignment=3", "omp_default_mem_alloc", "alignment"},
+		{"no_such_allocator", "omp_default_mem_alloc", "no_such_allocator"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			rep, stderr := infoJSON(t, "OMP_ALLOCATOR="+tc.value)
+			e := rep.OMPAllocator
+			require.True(t, e.Set)
+			require.Equal(t, tc.value, e.Value)
+			require.Contains(t, e.Resolved, tc.resolved)
+			if tc.warning == "" {
+				require.Empty(t, e.Warning)
+				require.NotContains(t, stderr, "warning")
+				return
+			}
+			require.Contains(t, e.Warning, tc.warning)
+			require.Contains(t, e.Warning, "OMP_ALLOCATOR")
+			require.Contains(t, stderr, "OMP_ALLOCATOR", "the runtime's own warning")
+		})
+	}
+}
+
+func benchJSON(t *testing.T, args ...string) *BenchReport {
+	t.Helper()
+	r := ompalloc(t, nil, append([]string{"bench", "--json"}, args...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Empty(t, r.stderr, "no progress bar when stderr is not a terminal")
+	var rep BenchReport
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&rep), "stdout must be exactly one JSON object:\n%s", r.stdout)
+	require.Equal(t, BenchSchema, rep.Schema)
+	return &rep
+}
+
+func TestBenchJSON(t *testing.T) {
+	rep := benchJSON(t, "--time", "20ms", "--sizes", "64,4096", "--regions", "100,1000")
+	require.Equal(t, (20 * time.Millisecond).Nanoseconds(), rep.TimePerCaseN)
+	count := map[string]int{}
+	for _, r := range rep.Results {
+		count[r.Group]++
+		switch r.Group {
+		case "alloc_free", "lock_regions":
+			// These need nothing but the host: they must work here, except
+			// that pinning may be refused (RLIMIT_MEMLOCK 0), which must say so.
+			if r.Series == "pinned" && r.Error != "" {
+				require.Contains(t, r.Error, "cannot pin memory")
+				continue
+			}
+			require.Empty(t, r.Error, "%s %s", r.Group, r.Series)
+		case "lock_size":
+			if r.Error != "" { // mlock may be refused (RLIMIT_MEMLOCK); it must say so
+				require.Contains(t, r.Error, "RLIMIT_MEMLOCK")
+				continue
+			}
+		}
+		if r.Error == "" {
+			require.Greater(t, r.NsPerOp, 0.0, "%+v", r)
+			require.Greater(t, r.Iterations, 0, "%+v", r)
+			require.Less(t, r.NsPerOp, 1e9, "%+v: one operation takes under a second", r)
+		}
+		if r.Group == "lock_regions" {
+			require.Contains(t, []int64{100, 1000}, r.Regions)
+		} else {
+			require.Contains(t, []int64{64, 4096}, r.SizeBytes)
+		}
+	}
+	require.Equal(t, 3*2, count["alloc_free"], "default, align64, pinned × 2 sizes")
+	require.GreaterOrEqual(t, count["lock_size"], 2)
+	require.Equal(t, 2*2, count["lock_regions"], "hit and lookup × 2 counts")
+	if rep.Device == nil {
+		require.Len(t, rep.Skipped, 3, "h2d, d2h and small_copy are skipped without an accelerator")
+		require.Zero(t, count["h2d"])
+	} else {
+		require.Equal(t, 3*2, count["h2d"])
+		require.Equal(t, 3*2, count["d2h"])
+	}
+}
+
+// svgDoc checks that data is well-formed XML with an <svg> root in the SVG
+// namespace, and counts the elements by name.
+func svgDoc(t *testing.T, data []byte) map[string]int {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	counts := map[string]int{}
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		switch el := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 {
+				require.Equal(t, "svg", el.Name.Local, "root element")
+				require.Equal(t, "http://www.w3.org/2000/svg", el.Name.Space)
+				require.Zero(t, counts["svg"], "one root")
+			}
+			counts[el.Name.Local]++
+			depth++
+		case xml.EndElement:
+			depth--
+		}
+	}
+	require.Zero(t, depth)
+	return counts
+}
+
+// The transfer groups run on the host device when asked (--device with the
+// initial device's number), so this machine exercises them too.
+func TestBenchSVG(t *testing.T) {
+	info, _ := infoJSON(t)
+	svg := filepath.Join(t.TempDir(), "bench.svg")
+	r := ompalloc(t, nil, "bench", "--svg", svg, "--time", "10ms", "--sizes", "64,4096",
+		"--regions", "100", "--device", fmt.Sprint(info.InitialDevice))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "alloc+free")
+	require.Contains(t, r.stdout, "host→device copy bandwidth")
+	require.Contains(t, r.stdout, "chart written to "+svg)
+	data, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	counts := svgDoc(t, data)
+	require.Greater(t, counts["path"]+counts["polyline"], 0)
+	require.GreaterOrEqual(t, counts["polyline"], 3, "one line per series with two sizes")
+	require.Contains(t, string(data), "block size")
+	require.Contains(t, string(data), "H2D pinned")
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string // on stderr for errors, stdout otherwise
+	}{
+		{nil, 2, "Usage"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"info", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"info", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"bench", "--time", "-1s"}, 2, "--time"},
+		{[]string{"bench", "--time", "soon"}, 2, "invalid value"},
+		{[]string{"bench", "--sizes", "0"}, 2, "not a size"},
+		{[]string{"bench", "--sizes", "64,abc"}, 2, "not a size"},
+		{[]string{"bench", "--regions", "-5"}, 2, "not a count"},
+		{[]string{"bench", "--device", "99"}, 2, "no such device"},
+		{[]string{"help", "nothing"}, 2, "no help"},
+		{[]string{"help"}, 0, "ompalloc bench"},
+		{[]string{"help", "bench"}, 0, "--sizes"},
+		{[]string{"bench", "-h"}, 0, "--regions"},
+		{[]string{"--version"}, 0, "ompalloc"},
+		{[]string{"version"}, 0, runtime.Version()},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := ompalloc(t, nil, tc.args...)
+			require.Equal(t, tc.code, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+			if tc.code != 0 {
+				require.Contains(t, r.stderr, tc.says)
+				require.Contains(t, r.stderr, "Usage", "usage goes with the error")
+				require.Empty(t, r.stdout)
+			} else {
+				require.Contains(t, r.stdout, tc.says)
+			}
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every example is built (cgo-free, as users get it) and run with a time
+// bound; it must exit 0 and print what it is there to show.
+func TestExamples(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goBin); err != nil {
+			t.Skip("the go tool is not available to build the examples")
+		}
+	}
+	bin := t.TempDir()
+	build := exec.Command(goBin, "build", "-o", bin+string(filepath.Separator), "./...")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build ./examples/...:\n%s", out)
+
+	for _, tc := range []struct {
+		name string
+		says []string
+	}{
+		{"pinned", []string{"VmLck before", "4 KiB aligned: true", "fallback: omp_default_mem_alloc", "ErrPinFailed): true"}},
+		{"lockmem", []string{"references 2", "ErrOverlap): true", "kmp returns nil: true", "after two unlocks: 0 entries", "ErrNotLocked): true", "ErrBadDevice): true"}},
+		{"tensor", []string{"verified 65536 floats", "live blocks after release: 0"}},
+		{"envalloc", []string{"omp_large_cap_mem_alloc (handle 2)", "alignment=64,pool_size=1048576", "must be a power of two", `unknown allocator or memory space "no_such_allocator"`}},
+		{"transfer", []string{"round trip ok", "offset copy ok: true", "ErrBadDevice): true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, tc.name))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			require.NoError(t, ctx.Err(), "%s ran past its time bound", tc.name)
+			require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			for _, s := range tc.says {
+				require.Contains(t, stdout.String(), s)
+			}
+		})
+	}
+}

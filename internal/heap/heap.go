@@ -57,7 +57,7 @@ type Block struct {
 // header sits just before every small block's user pointer. Large blocks
 // keep the same facts in their span instead, so they have no header.
 type header struct {
-	magic atomic.Uint32
+	magic uint32 // written plainly when the block is handed out, swapped atomically by Free
 	owner uint32
 	size  uint32 // requested size (small blocks are < 4 GiB)
 	off   uint32 // user pointer - slot start
@@ -188,8 +188,9 @@ func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint
 		}
 		p = slot + off
 		hd := hdr(p)
-		hd.owner, hd.size, hd.off = owner, uint32(size), uint32(off)
-		hd.magic.Store(magicLive)
+		// A plain store: the block is not yet shared, and whoever frees it
+		// later learns of it through the program's own synchronisation.
+		hd.owner, hd.size, hd.off, hd.magic = owner, uint32(size), uint32(off), magicLive
 		if zero {
 			cmem.Zero(p, size)
 		}
@@ -580,7 +581,7 @@ func Free(p uintptr) (Block, error) {
 	}
 	hd := hdr(p)
 	b := Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}
-	if !hd.magic.CompareAndSwap(magicLive, magicFree) {
+	if !atomic.CompareAndSwapUint32(&hd.magic, magicLive, magicFree) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
 	h.freeSlot(s.class, slot)
@@ -607,7 +608,7 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	hd := hdr(p)
-	switch m := hd.magic.Load(); {
+	switch m := atomic.LoadUint32(&hd.magic); {
 	case m == magicFree:
 		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	case m != magicLive || uintptr(hd.off) != off:

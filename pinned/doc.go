@@ -38,6 +38,20 @@
 // anywhere in it are hits; if part of that range is already an entry, only
 // the requested range is recorded.
 //
+// # Mapped buffers
+//
+// LockMapped and UnlockUnmapped follow MapMode (ParseMapMode reads the
+// values of LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS). MapOn ignores failures:
+// the transfer takes the pageable path. MapMandatory returns them. MapOff
+// locks nothing and takes no reference, but LockMapped still returns the
+// device address of a range already inside an entry (pinned by the user or
+// allocated pinned by the device), so transfers from it use the pinned
+// path; it takes no reference because with locking off nothing will drop
+// one (UnlockUnmapped with MapOff does nothing), as in LLVM. Keeping the
+// memory pinned while it is mapped is then the user's business, as it is for
+// any memory the user unlocks while using it. Callers call UnlockUnmapped
+// exactly for the LockMapped calls that returned locked=true.
+//
 // When Locker.UnlockHost fails on the last reference, the entry is erased
 // anyway and the error returned. Keeping it would leave an entry that nobody
 // references and nobody will unlock (LLVM does that): every later lock in
@@ -54,7 +68,10 @@
 // does), with atomic loads, then re-check the range of what they found. Its
 // cost does not depend on how many entries exist. Fully covered pages (and
 // whole aligned 2 MiB, 1 GiB... spans) point straight at their entry; a page
-// shared by several small entries points at a small immutable list.
+// shared by several small entries points at a small immutable list. A small
+// table of hints leads straight to the last inner node of a 1 GiB region, so
+// a find is usually three dependent loads and then the entry: short enough
+// that the CPU overlaps the cache misses of consecutive calls.
 //
 // Each entry is 32 bytes: host, end, device address, and one atomic word
 // holding the mapped count and the Lock count (24 bits each: more than

@@ -26,6 +26,8 @@ const (
 	ptFan     = 1 << ptBits
 	ptMask    = ptFan - 1
 	topShift  = 5 * ptBits // index bits of the root level within a page number
+	lastShift = 2 * ptBits // a last-level inner node spans 1<<lastShift pages (1 GiB)
+	hintBits  = 6
 )
 
 type ptSlot struct {
@@ -36,7 +38,8 @@ type ptSlot struct {
 
 type ptInner struct {
 	slots [ptFan]ptSlot
-	used  int // non-empty slots; writer only
+	used  int    // non-empty slots; writer only
+	key   uint64 // last inner level: page number >> lastShift of its span
 }
 
 type ptLeaf struct {
@@ -56,12 +59,24 @@ var sharedPage = &entry{}
 
 type pageTable struct {
 	root ptInner
+	// hint maps a 1 GiB region (by its number's low bits) to its last-level
+	// inner node, so that most finds skip the four levels above it: a short,
+	// straight path lets the CPU overlap the misses of consecutive calls. A
+	// hint whose key does not match, or none, means the full walk.
+	hint [1 << hintBits]atomic.Pointer[ptInner]
 }
 
 // find returns the entry the table holds for p's page, which may not contain
 // p when it only partly covers the page, or nil.
 func (t *pageTable) find(p uintptr) *entry {
 	pg := uint64(p) >> pageShift
+	if n := t.hint[pg>>lastShift&(1<<hintBits-1)].Load(); n != nil && n.key == pg>>lastShift {
+		return n.last(pg, p)
+	}
+	return t.walk(pg, p)
+}
+
+func (t *pageTable) walk(pg uint64, p uintptr) *entry {
 	n := &t.root
 	for sh := uint(topShift); sh > ptBits; sh -= ptBits {
 		s := &n.slots[pg>>sh&ptMask]
@@ -72,6 +87,11 @@ func (t *pageTable) find(p uintptr) *entry {
 			return nil
 		}
 	}
+	return n.last(pg, p)
+}
+
+// last finishes a find in a last-level inner node.
+func (n *ptInner) last(pg uint64, p uintptr) *entry {
 	s := &n.slots[pg>>ptBits&ptMask]
 	if e := s.ent.Load(); e != nil {
 		return e
@@ -85,6 +105,16 @@ func (t *pageTable) find(p uintptr) *entry {
 		return l.shared(pg&ptMask, p)
 	}
 	return e
+}
+
+// hintAt points the hint for n's region at n (a node being filled).
+func (t *pageTable) hintAt(n *ptInner) {
+	t.hint[n.key&(1<<hintBits-1)].Store(n)
+}
+
+// unhint forgets n (a node being unlinked) if the hint holds it.
+func (t *pageTable) unhint(n *ptInner) {
+	t.hint[n.key&(1<<hintBits-1)].CompareAndSwap(n, nil)
 }
 
 func (l *ptLeaf) shared(i uint64, p uintptr) *entry {
@@ -147,8 +177,11 @@ func (t *pageTable) leafFor(pg uint64) *ptLeaf {
 			if slotEmpty(s) {
 				n.used++
 			}
-			c = new(ptInner)
+			c = &ptInner{key: pg >> lastShift}
 			s.child.Store(c)
+		}
+		if sh-ptBits == ptBits {
+			t.hintAt(c)
 		}
 		n = c
 	}
@@ -168,6 +201,9 @@ func slotEmpty(s *ptSlot) bool {
 // fill sets pages [lo, hi], all inside node n whose span starts at page base
 // and whose slots each span 1<<sh pages.
 func (t *pageTable) fill(n *ptInner, sh uint, base, lo, hi uint64, e *entry) {
+	if sh == ptBits && e != nil {
+		t.hintAt(n)
+	}
 	span := uint64(1) << sh
 	for i := (lo - base) >> sh; i <= (hi-base)>>sh; i++ {
 		s := &n.slots[i]
@@ -206,11 +242,14 @@ func (t *pageTable) fill(n *ptInner, sh uint, base, lo, hi uint64, e *entry) {
 				if e == nil {
 					continue
 				}
-				c = new(ptInner)
+				c = &ptInner{key: sb >> lastShift}
 				s.child.Store(c)
 			}
 			t.fill(c, sh-ptBits, sb, max(lo, sb), min(hi, se), e)
 			if c.used == 0 {
+				if sh-ptBits == ptBits {
+					t.unhint(c)
+				}
 				s.child.Store(nil)
 			}
 		}

@@ -1,5 +1,11 @@
 package pinned
 
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
 // nodes counts the table's nodes (inner and leaf, root included); for tests.
 func (t *pageTable) nodes() int {
 	var walk func(n *ptInner, sh uint) int
@@ -18,4 +24,77 @@ func (t *pageTable) nodes() int {
 		return c
 	}
 	return walk(&t.root, topShift)
+}
+
+func TestPageTableBlocks(t *testing.T) {
+	tests := []struct {
+		name  string
+		p, n  uintptr
+		nodes int // root included
+	}{
+		{"one page", 0x7f00_0000_0000, 4096, 6},
+		{"2 MiB aligned: a block in the last inner level", 0x7f00_0020_0000, 2 << 20, 5},
+		{"1 GiB aligned: a block two levels up", 0x7f00_4000_0000, 1 << 30, 4},
+		{"1 GiB and a page: the block plus a leaf", 0x7f00_4000_0000, 1<<30 + 4096, 6},
+		{"unaligned 2 MiB: two leaves", 0x7f00_0020_0800, 2 << 20, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := New(newFake())
+			_, err := r.Lock(tt.p, tt.n)
+			require.NoError(t, err)
+			require.Equal(t, tt.nodes, r.pt.nodes())
+			for _, off := range []uintptr{0, 1, tt.n / 2, tt.n - 1} {
+				dev, ok := r.Lookup(tt.p + off)
+				require.True(t, ok)
+				require.Equal(t, tt.p+off+devOffset, dev)
+			}
+			for _, q := range []uintptr{tt.p - 1, tt.p + tt.n} {
+				_, ok := r.Lookup(q)
+				require.False(t, ok, "%#x", q)
+			}
+			require.NoError(t, r.Unlock(tt.p))
+			require.Equal(t, 1, r.pt.nodes())
+		})
+	}
+}
+
+func TestPageTableHints(t *testing.T) {
+	// Regions 64 GiB apart share a hint slot; each insert takes the hint
+	// over, and finds elsewhere fall back to the full walk.
+	r := New(newFake())
+	var ps []uintptr
+	for i := 0; i < 4; i++ {
+		p := uintptr(0x7f00_0000_0000) + uintptr(i)<<36 + 4096
+		ps = append(ps, p)
+		_, err := r.Lock(p, 100)
+		require.NoError(t, err)
+	}
+	check := func(live []uintptr) {
+		t.Helper()
+		for _, p := range ps {
+			want := false
+			for _, q := range live {
+				want = want || q == p
+			}
+			_, ok := r.Lookup(p + 50)
+			require.Equal(t, want, ok, "%#x", p)
+		}
+		checkIndex(t, r)
+	}
+	check(ps)
+	require.NoError(t, r.Unlock(ps[3])) // the hinted one: its node is freed
+	check(ps[:3])
+	require.NoError(t, r.Unlock(ps[0]))
+	check(ps[1:3])
+	_, err := r.Lock(ps[0], 100)
+	require.NoError(t, err)
+	check(ps[:3])
+	for _, p := range ps[:3] {
+		require.NoError(t, r.Unlock(p))
+	}
+	require.Equal(t, 1, r.pt.nodes())
+	for i := range r.pt.hint {
+		require.Nil(t, r.pt.hint[i].Load(), "hint %d outlives its node", i)
+	}
 }

@@ -141,6 +141,16 @@ func TestLockUnlockSemantics(t *testing.T) {
 			{op: "unlock", p: a + 8192},
 			{op: "unlock", p: a + 4096},
 		}, 0, 0, 0},
+		{"external range holding an entry: only the request is recorded", []External{{Host: a, Dev: 0xd000, Size: 1 << 20}}, []step{
+			{op: "reg", p: a + 0x10000, n: 4096},
+			{op: "lock", p: a + 0x1000, n: 100, dev: 0xd000 + 0x1000},
+			{op: "lock", p: a + 0x2000, n: 10, dev: 0xd000 + 0x2000},
+			{op: "lock", p: a + 0x1010, n: 10, dev: 0xd000 + 0x1010}, // hit
+			{op: "unlock", p: a + 0x1000},
+			{op: "unlock", p: a + 0x1000},
+			{op: "unlock", p: a + 0x2000},
+			{op: "unreg", p: a + 0x10000},
+		}, 0, 0, 0},
 		{"partly external", []External{{Host: a, Dev: 0xd000, Size: 4096}}, []step{
 			{op: "lock", p: a + 4000, n: 200, err: ErrOverlap, msg: []string{"externally locked [0x7f0000010000, 0x7f0000011000)"}},
 		}, 0, 0, 0},

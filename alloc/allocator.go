@@ -252,7 +252,9 @@ var (
 // hostHeap is the heap every unpinned host allocator shares: blocks of any
 // allocator can sit side by side; the header's owner tells them apart.
 func hostHeap() *heap.Heap {
-	hostOnce.Do(func() { hostH = heap.New(heap.MapSource{}, heap.Config{Name: "host", KeepChunks: 1, KeepHuge: 64 << 20}) })
+	hostOnce.Do(func() {
+		hostH = heap.New(heap.MapSource{}, heap.Config{Name: "host", KeepChunks: 1, KeepHuge: 64 << 20})
+	})
 	return hostH
 }
 

@@ -1,10 +1,9 @@
 package alloc
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 )
 
 // defaultPinnedLimit is RLIMIT_MEMLOCK when it binds (finite, and the
@@ -12,7 +11,7 @@ import (
 // physical memory.
 func defaultPinnedLimit() int64 {
 	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(8 /* RLIMIT_MEMLOCK */, &rl); err == nil && rl.Cur != ^uint64(0) && !hasCapIPCLock() {
+	if err := syscall.Getrlimit(8 /* RLIMIT_MEMLOCK */, &rl); err == nil && rl.Cur != ^uint64(0) && !procstatus.HasCapIPCLock() {
 		return int64(rl.Cur)
 	}
 	var si syscall.Sysinfo_t
@@ -20,18 +19,4 @@ func defaultPinnedLimit() int64 {
 		return int64(uint64(si.Totalram) * uint64(si.Unit) / 2)
 	}
 	return 0
-}
-
-func hasCapIPCLock() bool {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
-			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && caps&(1<<14) != 0 // CAP_IPC_LOCK
-		}
-	}
-	return false
 }

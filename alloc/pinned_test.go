@@ -4,12 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -19,20 +19,11 @@ import (
 // vmLckKiB reads the locked memory of this process (linux).
 func vmLckKiB(t *testing.T) int {
 	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("VmLck is read from /proc/self/status")
+	n, ok := procstatus.VmLckKiB()
+	if !ok {
+		t.Skip("VmLck is read from /proc/self/status (Linux)")
 	}
-	b, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmLck:" {
-			n, err := strconv.Atoi(f[1])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no VmLck line")
-	return 0
+	return n
 }
 
 func isPinned(t *testing.T, p unsafe.Pointer) bool {

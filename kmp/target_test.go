@@ -1,17 +1,17 @@
 package kmp
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/loader"
@@ -34,22 +34,11 @@ func targetWarnings(t *testing.T, f func()) []string {
 // vmLckKB returns the process's locked memory in kB; it skips off Linux.
 func vmLckKB(t *testing.T) int {
 	t.Helper()
-	if runtime.GOOS != "linux" {
+	n, ok := procstatus.VmLckKiB()
+	if !ok {
 		t.Skip("VmLck is read from /proc/self/status (Linux only)")
 	}
-	f, err := os.Open("/proc/self/status")
-	require.NoError(t, err)
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmLck:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			require.NoError(t, err)
-			return kb
-		}
-	}
-	t.Fatal("no VmLck in /proc/self/status")
-	return 0
+	return n
 }
 
 // pages maps n fresh pages of host memory for the test.

@@ -3,7 +3,3 @@
 package main
 
 func memlockLimit() (soft, hard int64, ok bool) { return 0, 0, false }
-
-func vmLck() (int64, bool) { return 0, false }
-
-func capIPCLock() bool { return false }

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
@@ -190,17 +189,9 @@ func TestRSSReturnsAfterTrim(t *testing.T) {
 }
 
 func rssKiB(t testing.TB) int {
-	b, err := os.ReadFile("/proc/self/status")
-	require.NoError(t, err)
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			n, err := strconv.Atoi(f[1])
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	n, ok := procstatus.VmRSSKiB()
+	require.True(t, ok, "VmRSS")
+	return n
 }
 
 func TestConcurrentIntegrity(t *testing.T) {

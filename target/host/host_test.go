@@ -1,16 +1,15 @@
 package host
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/loader"
@@ -20,22 +19,11 @@ import (
 // vmLck returns the process's locked memory in kB, or skips off Linux.
 func vmLck(t *testing.T) int {
 	t.Helper()
-	if runtime.GOOS != "linux" {
+	n, ok := procstatus.VmLckKiB()
+	if !ok {
 		t.Skip("VmLck is read from /proc/self/status (Linux only)")
 	}
-	f, err := os.Open("/proc/self/status")
-	require.NoError(t, err)
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmLck:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			require.NoError(t, err)
-			return kb
-		}
-	}
-	t.Fatal("no VmLck line in /proc/self/status")
-	return 0
+	return n
 }
 
 func hostDevice(t *testing.T) *device {

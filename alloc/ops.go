@@ -81,7 +81,11 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) {
 	al := max(a.align, align)
 	if a.target != nil {
-		return a.target.alloc(a, size, al, zero)
+		p, err := a.target.alloc(a, size, al, zero)
+		if err == nil && leakCheck.Load() {
+			leakRecordAlloc(a, p, size)
+		}
+		return p, err
 	}
 	var foot int64
 	if a.traits.PoolSize > 0 {
@@ -101,6 +105,9 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 		a.poolUsed.Add(int64(f) - foot)
 	}
 	a.count(int64(size), int64(f))
+	if leakCheck.Load() {
+		leakRecordAlloc(a, cmem.Ptr(p), size)
+	}
 	return cmem.Ptr(p), nil
 }
 
@@ -130,6 +137,11 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 func Free(p unsafe.Pointer) error {
 	if p == nil {
 		return nil
+	}
+	if leakCheck.Load() {
+		// Before the block is freed: once it is, another goroutine may get
+		// the same address and record its own stack.
+		leakForget(p)
 	}
 	b, err := heap.Free(uintptr(p))
 	if err != nil {

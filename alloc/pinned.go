@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
@@ -74,6 +75,9 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 		return 0, err
 	}
 	c, err := loader.C()
+	if err == nil {
+		err = fault.Check(fault.PinMap)
+	}
 	if err != nil {
 		pinLimit.release(n)
 		return 0, err
@@ -84,6 +88,9 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 		return 0, err
 	}
 	d, err := target.Get(s.dev)
+	if err == nil {
+		err = fault.Check(fault.PinLock)
+	}
 	if err == nil {
 		start := time.Now()
 		_, err = d.LockMem(p, n)

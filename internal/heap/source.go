@@ -1,6 +1,9 @@
 package heap
 
-import "github.com/ompalloc/ompalloc/loader"
+import (
+	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/loader"
+)
 
 // MapSource maps anonymous memory through libc's mmap: the C heap's own
 // source, never the Go heap.
@@ -8,6 +11,9 @@ type MapSource struct{}
 
 // Acquire maps n zeroed bytes aligned to align.
 func (MapSource) Acquire(n, align uintptr) (uintptr, error) {
+	if err := fault.Check(fault.HeapAcquire); err != nil {
+		return 0, err
+	}
 	c, err := loader.C()
 	if err != nil {
 		return 0, err

@@ -1,0 +1,122 @@
+package leakcheck
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/target"
+)
+
+// Baseline is the process's state before the tests ran.
+type Baseline struct {
+	vmLckKiB int
+	hasVmLck bool
+}
+
+// Start records the baseline. Call it before the first allocation.
+func Start() Baseline {
+	n, ok := VmLckKiB()
+	return Baseline{vmLckKiB: n, hasVmLck: ok}
+}
+
+// VmLckKiB reads VmLck from /proc/self/status (linux; ok false elsewhere).
+func VmLckKiB() (kib int, ok bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmLck:" {
+			n, err := strconv.Atoi(f[1])
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// Check trims the pinned heaps and reports what is still held, or nil.
+func (b Baseline) Check() error {
+	alloc.Trim()
+	var msgs []string
+	for _, l := range alloc.LiveBlocks() {
+		d := ""
+		if l.Destroyed {
+			d = " (destroyed)"
+		}
+		msgs = append(msgs, fmt.Sprintf("%s%s: %d blocks (%d bytes) still allocated", l.Allocator, d, l.Blocks, l.Bytes))
+	}
+	if _, used := alloc.PinnedLimit(); used != 0 {
+		msgs = append(msgs, fmt.Sprintf("%d pinned bytes still counted after a trim", used))
+	}
+	for _, d := range target.Devices() {
+		if n := d.Registry().Len(); n != 0 {
+			var sb strings.Builder
+			d.Registry().Dump(&sb)
+			msgs = append(msgs, fmt.Sprintf("device %d: %d registry entries still held:\n%s", d.ID, n, sb.String()))
+		}
+		if st := d.StagingStats(); st.InUseBytes != 0 {
+			msgs = append(msgs, fmt.Sprintf("device %d: %d bytes of staging buffers still held by queues", d.ID, st.InUseBytes))
+		}
+	}
+	if b.hasVmLck {
+		if n, ok := VmLckKiB(); ok && n > b.vmLckKiB {
+			msgs = append(msgs, fmt.Sprintf("VmLck is %d kB, %d kB when the tests started", n, b.vmLckKiB))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	var sb strings.Builder
+	sb.WriteString("leak check failed:\n")
+	for _, m := range msgs {
+		sb.WriteString("  " + m + "\n")
+	}
+	if blocks := alloc.LeakedBlocks(); len(blocks) > 0 {
+		sb.WriteString("where the leaked blocks were allocated:\n")
+		for _, l := range blocks {
+			fmt.Fprintf(&sb, "  %#x, %d bytes from %s:\n%s", l.Ptr, l.Size, l.Allocator, l.Stack)
+		}
+	} else if !alloc.LeakCheck() && len(alloc.LiveBlocks()) > 0 {
+		fmt.Fprintf(&sb, "run again with %s=1 to see where the leaked blocks were allocated\n", alloc.LeakCheckEnv)
+	}
+	return fmt.Errorf("%s", sb.String())
+}
+
+// Main runs the tests and then the leak check, and exits: 1 when a test
+// failed or something leaked. The check is skipped when a test failed (a
+// failed test may leave anything behind), in fuzz workers, and when one of
+// the skipEnv variables is set (child processes started by tests, which
+// may hold memory on purpose until they exit).
+func Main(m *testing.M, skipEnv ...string) { os.Exit(Run(m, skipEnv...)) }
+
+// Run is Main without the exit: it returns the exit code.
+func Run(m *testing.M, skipEnv ...string) int {
+	base := Start()
+	code := m.Run()
+	if code != 0 || skip(skipEnv) {
+		return code
+	}
+	if err := base.Check(); err != nil {
+		fmt.Fprint(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "FAIL: leaks after the tests passed")
+		return 1
+	}
+	return 0
+}
+
+func skip(env []string) bool {
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return true
+	}
+	for _, e := range env {
+		if os.Getenv(e) != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -249,10 +249,7 @@ func TestFallbackKeepsAllocatorAlignment(t *testing.T) {
 	}
 	require.NoError(t, a.Destroy())
 	base.require(t)
-	if misaligned > 0 {
-		t.Skipf("KNOWN DEFECT: %d of 8 blocks served by default_mem_fb lack the allocator's 4096-byte alignment: "+
-			"fallback passes the call's alignment, not max(a.align, align), to fb.try", misaligned)
-	}
+	require.Zero(t, misaligned, "blocks served by default_mem_fb keep the allocator's 4096-byte alignment")
 }
 
 // Promise 3: the cap on pinned bytes. Hitting it behaves like a failed pin

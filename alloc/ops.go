@@ -122,6 +122,8 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 			return nil, cause
 		}
 		a.fallbackTaken()
+		// The block still owes the alignment of the allocator asked.
+		align = max(a.align, align)
 		p, err := fb.try(size, align, zero)
 		if err == nil {
 			return p, nil

@@ -103,6 +103,7 @@ func (a *Allocator) fallbackTaken() {
 
 func (ss *shards) sum() (st Stats) {
 	for _, sh := range *ss.s.Load() {
+		pcpu.Pin() // guards are held only while pinned (see pcpu.Guard)
 		sh.guard.Lock()
 		st.Allocs += sh.allocs
 		st.Frees += sh.frees
@@ -110,6 +111,7 @@ func (ss *shards) sum() (st Stats) {
 		st.FootprintLive += sh.foot
 		st.Fallbacks += sh.fallbacks
 		sh.guard.Unlock()
+		pcpu.Unpin()
 	}
 	st.BlocksLive = int64(st.Allocs - st.Frees)
 	return st

@@ -66,8 +66,8 @@ func DevicesOf(id ID) (Devices, bool) {
 	}
 	runtimeMu.Lock()
 	defer runtimeMu.Unlock()
-	i := int(id - FirstRuntime)
-	if i >= len(runtimeMS) {
+	i := id - FirstRuntime
+	if i >= ID(len(runtimeMS)) {
 		return Devices{}, false
 	}
 	d := runtimeMS[i]

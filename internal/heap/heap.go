@@ -601,6 +601,9 @@ func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
 
 // checkSmall validates that p is the user pointer of a live slot of s.
 func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
+	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
+		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
 	rel := uint32(p - s.base)
 	slot = s.base + uintptr(rel/uint32(s.size))*s.size
 	off := p - slot
@@ -802,7 +805,7 @@ func (h *Heap) Trim() uintptr {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, pc := range old {
-		pc.guard.Lock() // for the race detector; the grace period already made it ours
+		pc.guard.Lock() // uncontended: the grace period made the old caches ours
 		for _, l := range pc.lists {
 			h.returnList(l.head)
 		}

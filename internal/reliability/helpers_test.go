@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,16 +39,10 @@ func runChild(t *testing.T, test string, env ...string) string {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(childEnviron(), env...)
 	out, err := cmd.CombinedOutput()
-	if err != nil && raceEnabled && strings.Contains(string(out), raceGuardCrash) {
-		knownDefect(t, "child %s: %s", test, raceGuardDefect)
-	}
 	require.NoError(t, err, "child %s exited abnormally:\n%s", test, out)
 	require.Contains(t, string(out), "--- PASS: "+test, "child %s did not pass:\n%s", test, out)
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "KNOWN DEFECT") {
-			t.Logf("child %s: %s", test, strings.TrimSpace(sc.Text()))
-		}
 		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "FAULTS "); ok {
 			n, err := strconv.Atoi(v)
 			require.NoError(t, err)
@@ -135,54 +128,11 @@ func requireSame(t *testing.T, want state, what string) {
 	require.Equal(t, want, got, "%s: back to baseline (live blocks: %v)", what, alloc.LiveBlocks())
 }
 
-// knownDefect skips the rest of t: a promise that another package does not
-// keep yet, found by this test and reported (see RELIABILITY.md, "Open").
-// It is logged with a KNOWN DEFECT prefix so that a run shows it.
-func knownDefect(t *testing.T, format string, args ...any) {
-	t.Helper()
-	t.Skipf("KNOWN DEFECT: "+format, args...)
-}
-
-// knownPanic runs f; a panic whose stack goes through where (a function of
-// another package that does not keep the no-panic promise yet, reported)
-// becomes a known defect, any other panic is re-raised.
-func knownPanic(t *testing.T, where string, f func()) {
-	t.Helper()
-	var stack string
-	r := func() (r any) {
-		defer func() {
-			if r = recover(); r != nil {
-				stack = string(debug.Stack())
-			}
-		}()
-		f()
-		return nil
-	}()
-	if r == nil {
-		return
-	}
-	if strings.Contains(stack, where) {
-		knownDefect(t, "%s panics on bad input: %v", where, r)
-	}
-	panic(r)
-}
-
 func splitLines(s string) []string { return strings.Split(s, "\n") }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func cmem2ptr(p uintptr) unsafe.Pointer { return cmem.Ptr(p) }
-
-// A defect of -race builds only: a goroutine pinned to its P (procPin) in
-// Allocator.count spins on that P's stats guard with runtime.Gosched while
-// an unpinned goroutine summing the shards for the peak sample
-// (count -> samplePeak -> shards.sum) or for Stats/LiveBlocks holds it.
-const (
-	raceGuardCrash  = "schedule: holding locks"
-	raceGuardDefect = "-race build: concurrent allocation crashes the process with \"fatal error: schedule: " +
-		"holding locks\": internal/pcpu's race-mode Guard.Lock calls runtime.Gosched while pinned (procPin), " +
-		"and alloc's shards.sum (peak sampling in count, Stats, LiveBlocks) takes every P's guard unpinned"
-)
 
 // childEnviron is the environment of a child: this one, marked, and with
 // the race detector's one-second sleep at exit turned off.

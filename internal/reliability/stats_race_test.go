@@ -12,8 +12,8 @@ import (
 
 // Stats may be read while other goroutines allocate, in every build. Under
 // the race detector the per-P guards are real spin locks; this runs the
-// mix in a child so that a crash of the runtime shows as a failure (or the
-// known defect, see raceGuardDefect) rather than killing the test binary.
+// mix in a child so that a crash of the runtime shows as a failure rather
+// than killing the test binary.
 func TestStatsWhileAllocating(t *testing.T) {
 	runChild(t, "TestStatsWhileAllocatingChild")
 }

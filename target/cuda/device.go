@@ -129,7 +129,15 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 	if !ok || k != kind {
 		return fmt.Errorf("%v: free of %s memory at %#x: %w", d, kind, p, ErrNotAllocated)
 	}
-	return d.free(kind, p)
+	if err := d.free(kind, p); err != nil {
+		// The driver still holds the block: keep the record so that a later
+		// Free (or Close) can release it.
+		d.mu.Lock()
+		d.allocs[p] = kind
+		d.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 func (d *device) free(kind plugin.MemKind, p uintptr) error {

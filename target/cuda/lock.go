@@ -233,11 +233,14 @@ func (d *device) releaseLocked(reg *registration, k int) error {
 	if reg.refs -= k; reg.refs > 0 {
 		return nil
 	}
+	if err := d.unregister(reg.pieces); err != nil {
+		// The driver keeps the registration, so this package keeps it too,
+		// unreferenced: the next lock of the range reuses it, and Close
+		// tries the unregistration again.
+		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
+	}
 	for _, pc := range reg.pieces {
 		delete(rs.byPiece, pc.host)
-	}
-	if err := d.unregister(reg.pieces); err != nil {
-		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
 	}
 	return nil
 }
@@ -253,6 +256,12 @@ func (rs *registrations) releaseAll(d *device) error {
 		}
 		delete(rs.holds, key)
 		errs = append(errs, d.releaseLocked(h.reg, h.count))
+	}
+	// Registrations whose unregistration failed earlier: try again.
+	for host, reg := range rs.byPiece {
+		if reg.refs == 0 && host == reg.pieces[0].host {
+			errs = append(errs, d.releaseLocked(reg, 0))
+		}
 	}
 	return errors.Join(errs...)
 }

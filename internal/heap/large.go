@@ -1,0 +1,305 @@
+package heap
+
+// Large blocks: page runs inside a chunk (medium, up to 2 MiB) and regions
+// of their own (huge); freed ones are kept whole for reuse.
+
+import (
+	"fmt"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+)
+
+// allocPages finds n free pages, the first a multiple of alignPages, in a
+// chunk (first fit), taking a new chunk when none has room. h.mu held.
+func (h *Heap) allocPages(n, alignPages uintptr) (ch *chunk, first uintptr, fresh bool, err error) {
+	for _, c := range h.chunks {
+		if c.used == ^uint64(0) {
+			continue
+		}
+		for i := uintptr(0); i+n <= pagesPerChunk; i += alignPages {
+			if m := pageMask(i, n); c.used&m == 0 {
+				return c, i, h.takePages(c, m), nil
+			}
+		}
+	}
+	p, err := h.src.Acquire(chunkSize, chunkSize)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
+	}
+	c := &chunk{heap: h, base: p, size: chunkSize}
+	h.chunks = append(h.chunks, c)
+	h.mapped += chunkSize
+	h.empty++
+	setGranules(p, chunkSize, c)
+	return c, 0, h.takePages(c, pageMask(0, n)), nil
+}
+
+func (h *Heap) takePages(c *chunk, m uint64) (fresh bool) {
+	if c.used == 0 {
+		h.empty--
+	}
+	fresh = c.dirty&m == 0
+	c.used |= m
+	c.dirty |= m
+	return fresh
+}
+
+// freeSpan returns a span's pages to its chunk, and the chunk to the source
+// when more chunks are empty than the heap keeps. h.mu held.
+func (h *Heap) freeSpan(s *span) {
+	ch := s.chunk
+	first := (s.base - ch.base) >> pageShift
+	ch.pages[first].Store(nil)
+	if s.state.Load() == spanSmall {
+		for i := first + 1; i < first+s.npages; i++ {
+			ch.pages[i].Store(nil)
+		}
+	}
+	s.state.Store(spanDead)
+	ch.used &^= pageMask(first, s.npages)
+	if ch.used == 0 {
+		h.empty++
+		if h.empty > h.cfg.KeepChunks {
+			h.releaseChunk(ch)
+		}
+	}
+}
+
+func (h *Heap) releaseChunk(ch *chunk) {
+	for i, c := range h.chunks {
+		if c == ch {
+			h.chunks = append(h.chunks[:i], h.chunks[i+1:]...)
+			break
+		}
+	}
+	h.empty--
+	h.mapped -= ch.size
+	setGranules(ch.base, ch.size, nil)
+	_ = h.src.Release(ch.base, ch.size) // the table no longer points here: nothing can reach it
+}
+
+// allocLarge serves blocks too big for size classes: page runs inside a
+// chunk up to 2 MiB, regions of their own beyond. Large blocks carry no
+// header: the user pointer is the span's start, aligned to 64 KiB or more.
+func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr, uintptr, error) {
+	foot := roundUp(max(size, 1), pageSize)
+	if foot <= maxMedium && align <= maxMedium {
+		if s := h.takeCachedSpan(foot/pageSize, align); s != nil {
+			s.owner, s.req = owner, size
+			s.state.Store(spanLarge)
+			if zero {
+				cmem.Zero(s.base, size)
+			}
+			return s.base, foot + hdrSize, nil
+		}
+	}
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		return 0, 0, ErrClosed
+	}
+	if foot <= maxMedium && align <= maxMedium {
+		if s := h.reuseSpare(foot/pageSize, align); s != nil {
+			s.owner, s.req = owner, size
+			s.state.Store(spanLarge)
+			h.mu.Unlock()
+			if zero {
+				cmem.Zero(s.base, size)
+			}
+			return s.base, foot + hdrSize, nil
+		}
+		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
+		if err != nil {
+			h.mu.Unlock()
+			return 0, 0, err
+		}
+		s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
+		s.state.Store(spanLarge)
+		// Only the first page points at a large span: a valid Free names it,
+		// and the page bitmap tells interior pointers from free pages.
+		ch.pages[first].Store(s)
+		h.mu.Unlock()
+		if zero && !fresh {
+			cmem.Zero(s.base, size)
+		}
+		return s.base, foot + hdrSize, nil
+	}
+	s, fresh := h.reuseHuge(foot, align)
+	h.mu.Unlock()
+	if s == nil {
+		p, err := h.src.Acquire(foot, max(align, chunkSize))
+		if err != nil {
+			return 0, 0, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
+		}
+		ch := &chunk{heap: h, base: p, size: foot}
+		s = &span{chunk: ch, base: p, npages: foot / pageSize, size: foot}
+		ch.huge = s
+		h.mu.Lock()
+		h.mapped += foot
+		h.nhuge++
+		h.mu.Unlock()
+		setGranules(p, foot, ch)
+		fresh = true
+	}
+	s.owner, s.req = owner, size
+	s.state.Store(spanLarge)
+	if zero && !fresh {
+		cmem.Zero(s.base, size)
+	}
+	return s.base, s.size + hdrSize, nil
+}
+
+// maxSpare bounds the bytes of freed medium spans a heap keeps whole.
+const maxSpare = 16 << 20
+
+// reuseSpare pops a kept medium span of exactly n pages aligned to align.
+// h.mu held.
+func (h *Heap) reuseSpare(n, align uintptr) *span {
+	l := h.spare[n]
+	for i := len(l) - 1; i >= 0; i-- {
+		if s := l[i]; s.base%align == 0 {
+			h.spare[n] = append(l[:i], l[i+1:]...)
+			h.spareN -= int(s.size)
+			return s
+		}
+	}
+	return nil
+}
+
+// dropSpare returns every kept medium span's pages to its chunk. h.mu held.
+func (h *Heap) dropSpare() {
+	for n, l := range h.spare {
+		for _, s := range l {
+			h.freeSpan(s)
+		}
+		h.spare[n] = nil
+	}
+	h.spareN = 0
+}
+
+// reuseHuge takes a retained region that fits foot bytes without wasting
+// more than a quarter: large blocks are never rounded to powers of two.
+func (h *Heap) reuseHuge(foot, align uintptr) (*span, bool) {
+	best := -1
+	for i, s := range h.huge {
+		if s.size >= foot && s.size-foot <= foot/4 && s.base%align == 0 &&
+			(best < 0 || s.size < h.huge[best].size) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, false
+	}
+	s := h.huge[best]
+	h.huge = append(h.huge[:best], h.huge[best+1:]...)
+	h.retained -= s.size
+	return s, false
+}
+
+// notAtBlock explains a pointer whose page starts no span: inside a large
+// block, or in free pages.
+func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch.used&(1<<((p-ch.base)>>pageShift)) != 0 {
+		return fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	return fmt.Errorf("%w: %#x is in free pages of heap %s", ErrForeign, p, h.cfg.Name)
+}
+
+func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
+	if p != s.base {
+		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	// The state change decides which of two racing frees wins.
+	if !s.state.CompareAndSwap(spanLarge, spanRetained) {
+		if st := s.state.Load(); st == spanRetained || st == spanDead {
+			return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+		}
+		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
+	if ch.huge == nil && h.cacheSpan(s) {
+		return b, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keepOrFree(s)
+	return b, nil
+}
+
+// keepOrFree parks a freed large span (state retained) in the central
+// spares, or gives its memory back. h.mu held.
+func (h *Heap) keepOrFree(s *span) {
+	closed := h.closed.Load()
+	if s.chunk.huge == nil {
+		if h.spareN+int(s.size) <= maxSpare && !closed {
+			// Keep the span whole for the next block of its size: no page
+			// search, no new span, and for pinned heaps no relocking.
+			h.spare[s.npages] = append(h.spare[s.npages], s)
+			h.spareN += int(s.size)
+			return
+		}
+		h.freeSpan(s)
+		return
+	}
+	if h.retained+s.size <= h.cfg.KeepHuge && !closed {
+		h.huge = append(h.huge, s)
+		h.retained += s.size
+		return
+	}
+	h.releaseHuge(s)
+}
+
+// cacheSpan keeps a freed medium span in the current P's cache.
+func (h *Heap) cacheSpan(s *span) bool {
+	if h.closed.Load() {
+		return false
+	}
+	ok := false
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		if pc.nspans < len(pc.spans) {
+			pc.spans[pc.nspans] = s
+			pc.nspans++
+			ok = true
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return ok
+}
+
+// takeCachedSpan takes a cached medium span of n pages aligned to align
+// from the current P's cache.
+func (h *Heap) takeCachedSpan(n, align uintptr) *span {
+	var s *span
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		for i := pc.nspans - 1; i >= 0; i-- {
+			if c := pc.spans[i]; c.npages == n && c.base%align == 0 {
+				s = c
+				pc.nspans--
+				pc.spans[i] = pc.spans[pc.nspans]
+				pc.spans[pc.nspans] = nil
+				break
+			}
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return s
+}
+
+func (h *Heap) releaseHuge(s *span) {
+	s.state.Store(spanDead)
+	h.mapped -= s.size
+	h.nhuge--
+	setGranules(s.base, s.size, nil)
+	_ = h.src.Release(s.base, s.size)
+}

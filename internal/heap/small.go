@@ -1,0 +1,241 @@
+package heap
+
+// Small blocks: size-class slots served from per-P caches, refilled and
+// spilled in batches from the central lists of partial spans.
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+)
+
+func (h *Heap) allocSlot(c int) (uintptr, error) {
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		if s := l.head; s != 0 {
+			l.head = link(s)
+			l.n--
+			pc.guard.Unlock()
+			pcpu.Unpin()
+			return s, nil
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return h.refill(c)
+}
+
+// refill takes a batch of slots from the central lists, returns one and
+// caches the rest on the current P.
+func (h *Heap) refill(c int) (uintptr, error) {
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if n := runtime.GOMAXPROCS(0); n > len(*h.caches.Load()) {
+		h.growCaches(n)
+	}
+	head, tail, n, err := h.takeSlots(c, int(classCap[c]/2))
+	h.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	first, rest := head, link(head)
+	if n--; n == 0 {
+		return first, nil
+	}
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		setLink(tail, l.head)
+		l.head = rest
+		l.n += int32(n)
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		return first, nil
+	}
+	pcpu.Unpin()
+	h.mu.Lock()
+	h.returnList(rest)
+	h.mu.Unlock()
+	return first, nil
+}
+
+func (h *Heap) growCaches(n int) {
+	old := *h.caches.Load()
+	cs := make([]*pcache, n)
+	copy(cs, old)
+	for i := len(old); i < n; i++ {
+		cs[i] = new(pcache)
+	}
+	h.caches.Store(&cs)
+}
+
+// takeSlots unlinks up to want slots of class c from partial spans, making
+// a new span if none has any. Called with h.mu held.
+func (h *Heap) takeSlots(c, want int) (head, tail uintptr, n int, err error) {
+	for n < want {
+		s := h.partial[c]
+		if s == nil {
+			if n > 0 {
+				break
+			}
+			if s, err = h.newSmallSpan(c); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		for n < want && s.nfree > 0 {
+			var slot uintptr
+			if s.free != 0 {
+				slot, s.free = s.free, link(s.free)
+			} else {
+				slot = s.fresh
+				s.fresh += s.size
+			}
+			s.nfree--
+			if n == 0 {
+				head = slot
+			} else {
+				setLink(tail, slot)
+			}
+			tail = slot
+			n++
+		}
+		if s.nfree == 0 {
+			h.unlinkPartial(s)
+		}
+	}
+	setLink(tail, 0)
+	return head, tail, n, nil
+}
+
+func (h *Heap) newSmallSpan(c int) (*span, error) {
+	np := classPages[c]
+	ch, first, _, err := h.allocPages(np, 1)
+	if err != nil {
+		return nil, err
+	}
+	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c]}
+	s.nslots = uint32(np * pageSize / s.size)
+	s.nfree = s.nslots
+	s.fresh = s.base
+	s.state.Store(spanSmall)
+	for i := first; i < first+np; i++ {
+		ch.pages[i].Store(s)
+	}
+	h.linkPartial(s)
+	return s, nil
+}
+
+func (h *Heap) linkPartial(s *span) {
+	s.prev, s.next = nil, h.partial[s.class]
+	if s.next != nil {
+		s.next.prev = s
+	}
+	h.partial[s.class] = s
+	s.inPartial = true
+}
+
+func (h *Heap) unlinkPartial(s *span) {
+	if !s.inPartial {
+		return
+	}
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		h.partial[s.class] = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+	s.next, s.prev, s.inPartial = nil, nil, false
+}
+
+// returnList gives a linked list of slots back to their spans. h.mu held.
+func (h *Heap) returnList(slot uintptr) {
+	for slot != 0 {
+		next := link(slot)
+		h.returnSlot(slot)
+		slot = next
+	}
+}
+
+func (h *Heap) returnSlot(slot uintptr) {
+	ch := lookup(slot)
+	s := ch.pages[(slot-ch.base)>>pageShift].Load()
+	setLink(slot, s.free)
+	s.free = slot
+	s.nfree++
+	if s.nfree == s.nslots {
+		h.unlinkPartial(s)
+		h.freeSpan(s)
+	} else if !s.inPartial {
+		h.linkPartial(s)
+	}
+}
+
+// checkSmall validates that p is the user pointer of a live slot of s.
+func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
+	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
+		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	rel := uint32(p - s.base)
+	slot = s.base + uintptr(rel/uint32(s.size))*s.size
+	off := p - slot
+	if off < hdrSize {
+		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	hd := hdr(p)
+	switch m := atomic.LoadUint32(&hd.magic); {
+	case m == magicFree:
+		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	case m != magicLive || uintptr(hd.off) != off:
+		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	return slot, nil
+}
+
+func (h *Heap) freeSlot(c int, slot uintptr) {
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		setLink(slot, l.head)
+		l.head = slot
+		l.n++
+		if l.n <= classCap[c] {
+			pc.guard.Unlock()
+			pcpu.Unpin()
+			return
+		}
+		// Over capacity: hand half back to the central lists.
+		k := l.n / 2
+		head, tail := l.head, l.head
+		for i := int32(1); i < k; i++ {
+			tail = link(tail)
+		}
+		l.head = link(tail)
+		l.n -= k
+		setLink(tail, 0)
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		h.mu.Lock()
+		h.returnList(head)
+		h.mu.Unlock()
+		return
+	}
+	pcpu.Unpin()
+	h.mu.Lock()
+	setLink(slot, 0)
+	h.returnList(slot)
+	h.mu.Unlock()
+}

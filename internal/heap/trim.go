@@ -1,0 +1,77 @@
+package heap
+
+// Giving memory back, and what a heap holds.
+
+import (
+	"runtime"
+)
+
+// Trim drains every P's cache into the central lists and returns empty
+// chunks and retained regions to the source. It returns the bytes released.
+//
+// Draining uses a grace period, as RCU does: Trim installs fresh caches,
+// then waits for a stop-the-world (runtime.GC has one), which cannot happen
+// while any goroutine is pinned. After it, no goroutine can still be inside
+// an old cache, and Trim owns them. Trim therefore costs a GC cycle; it is
+// meant for rare calls (DestroyAllocator, idle periods, tests).
+func (h *Heap) Trim() uintptr {
+	h.mu.Lock()
+	old := *h.caches.Load()
+	fresh := make([]*pcache, len(old))
+	for i := range fresh {
+		fresh[i] = new(pcache)
+	}
+	h.caches.Store(&fresh)
+	h.mu.Unlock()
+	runtime.GC()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, pc := range old {
+		pc.guard.Lock() // uncontended: the grace period made the old caches ours
+		for _, l := range pc.lists {
+			h.returnList(l.head)
+		}
+		for _, s := range pc.spans[:pc.nspans] {
+			h.keepOrFree(s)
+		}
+		pc.guard.Unlock()
+	}
+	before := h.mapped
+	h.dropSpare()
+	for _, s := range h.huge {
+		h.releaseHuge(s)
+	}
+	h.huge, h.retained = nil, 0
+	for i := len(h.chunks) - 1; i >= 0; i-- {
+		if ch := h.chunks[i]; ch.used == 0 {
+			h.releaseChunk(ch)
+		}
+	}
+	return before - h.mapped
+}
+
+// Close trims the heap and refuses further allocation. Blocks still live
+// stay valid until freed; their memory returns to the source as it empties.
+func (h *Heap) Close() {
+	h.Trim()
+	h.mu.Lock()
+	h.closed.Store(true)
+	h.cfg.KeepChunks, h.cfg.KeepHuge = 0, 0
+	h.mu.Unlock()
+}
+
+// Stats describes what a heap holds.
+type Stats struct {
+	Mapped      uintptr // bytes held from the source
+	Chunks      int     // 4 MiB chunks
+	EmptyChunks int     // of which hold no block
+	Huge        int     // huge regions, retained ones included
+	Retained    uintptr // bytes of retained free huge regions
+}
+
+// Stats returns a snapshot of the heap's holdings.
+func (h *Heap) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Stats{Mapped: h.mapped, Chunks: len(h.chunks), EmptyChunks: h.empty, Huge: h.nhuge, Retained: h.retained}
+}

@@ -16,6 +16,20 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		// Before Shutdown, which would release them: nothing may still be
+		// locked or held by a queue.
+		for _, d := range Devices() {
+			if n := d.Registry().Len(); n != 0 {
+				fmt.Fprintf(os.Stderr, "FAIL: leak check: device %d: %d registry entries still held\n", d.ID, n)
+				code = 1
+			}
+			if st := d.StagingStats(); st.InUseBytes != 0 {
+				fmt.Fprintf(os.Stderr, "FAIL: leak check: device %d: %d staging bytes still held by queues\n", d.ID, st.InUseBytes)
+				code = 1
+			}
+		}
+	}
 	if err := Shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, "shutdown:", err)
 		code = 1

@@ -43,7 +43,12 @@ func TestMain(m *testing.M) {
 		fakePath = os.Getenv("OMPALLOC_HSA_LIBRARY")
 	}
 	code := m.Run()
-	fakedrv.Cleanup()
+	if code == 0 && os.Getenv(childEnv) == "" && fakePath != "" {
+		if err := driverLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: leak check:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

@@ -41,7 +41,14 @@ func TestMain(m *testing.M) {
 			_ = os.Setenv("OMPALLOC_DISABLE_CUDA", "1")
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 && !child && fakeLib != "" {
+		if err := driverLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: leak check:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // needFake skips t when the fake driver could not be built.

@@ -131,10 +131,3 @@ func compile(name string) (string, error) {
 	}
 	return out, nil
 }
-
-// Cleanup is for a TestMain to call after m.Run. The libraries are cached by
-// content in the OS temp directory and shared with other test binaries, so
-// there is nothing of this process's to remove: it does nothing.
-//
-// Deprecated: not needed; kept so that existing TestMains compile.
-func Cleanup() {}

@@ -138,6 +138,25 @@ type pcache struct {
 	_      [64]byte
 }
 
+// cacheOf returns P pid's cache, guarded (release it with unpin), or nil
+// while the P has no cache yet (GOMAXPROCS grew; the next refill grows the
+// caches). Callers pin first, and unpin themselves when it is nil; pinning
+// inside would put this over the inlining budget of the hot path.
+func (h *Heap) cacheOf(pid int) *pcache {
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		return pc
+	}
+	return nil
+}
+
+// unpin releases a cache taken with cacheOf, and the P.
+func (pc *pcache) unpin() {
+	pc.guard.Unlock()
+	pcpu.Unpin()
+}
+
 // Heap sub-allocates chunks from a Source: small blocks from per-P caches of
 // size-class slots, medium blocks from page runs, huge blocks from regions of
 // their own. Safe for concurrent use.

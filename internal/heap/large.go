@@ -257,43 +257,38 @@ func (h *Heap) cacheSpan(s *span) bool {
 	if h.closed.Load() {
 		return false
 	}
-	ok := false
-	pid := pcpu.Pin()
-	if cs := *h.caches.Load(); pid < len(cs) {
-		pc := cs[pid]
-		pc.guard.Lock()
-		if pc.nspans < len(pc.spans) {
-			pc.spans[pc.nspans] = s
-			pc.nspans++
-			ok = true
-		}
-		pc.guard.Unlock()
+	pc := h.cacheOf(pcpu.Pin())
+	if pc == nil {
+		pcpu.Unpin()
+		return false
 	}
-	pcpu.Unpin()
-	return ok
+	defer pc.unpin()
+	if pc.nspans == len(pc.spans) {
+		return false
+	}
+	pc.spans[pc.nspans] = s
+	pc.nspans++
+	return true
 }
 
 // takeCachedSpan takes a cached medium span of n pages aligned to align
 // from the current P's cache.
 func (h *Heap) takeCachedSpan(n, align uintptr) *span {
-	var s *span
-	pid := pcpu.Pin()
-	if cs := *h.caches.Load(); pid < len(cs) {
-		pc := cs[pid]
-		pc.guard.Lock()
-		for i := pc.nspans - 1; i >= 0; i-- {
-			if c := pc.spans[i]; c.npages == n && c.base%align == 0 {
-				s = c
-				pc.nspans--
-				pc.spans[i] = pc.spans[pc.nspans]
-				pc.spans[pc.nspans] = nil
-				break
-			}
-		}
-		pc.guard.Unlock()
+	pc := h.cacheOf(pcpu.Pin())
+	if pc == nil {
+		pcpu.Unpin()
+		return nil
 	}
-	pcpu.Unpin()
-	return s
+	defer pc.unpin()
+	for i := pc.nspans - 1; i >= 0; i-- {
+		if s := pc.spans[i]; s.npages == n && s.base%align == 0 {
+			pc.nspans--
+			pc.spans[i] = pc.spans[pc.nspans]
+			pc.spans[pc.nspans] = nil
+			return s
+		}
+	}
+	return nil
 }
 
 func (h *Heap) releaseHuge(s *span) {

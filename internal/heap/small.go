@@ -12,21 +12,18 @@ import (
 )
 
 func (h *Heap) allocSlot(c int) (uintptr, error) {
-	pid := pcpu.Pin()
-	if cs := *h.caches.Load(); pid < len(cs) {
-		pc := cs[pid]
-		pc.guard.Lock()
+	if pc := h.cacheOf(pcpu.Pin()); pc != nil {
 		l := &pc.lists[c]
 		if s := l.head; s != 0 {
 			l.head = link(s)
 			l.n--
-			pc.guard.Unlock()
-			pcpu.Unpin()
+			pc.unpin()
 			return s, nil
 		}
-		pc.guard.Unlock()
+		pc.unpin()
+	} else {
+		pcpu.Unpin()
 	}
-	pcpu.Unpin()
 	return h.refill(c)
 }
 
@@ -50,16 +47,12 @@ func (h *Heap) refill(c int) (uintptr, error) {
 	if n--; n == 0 {
 		return first, nil
 	}
-	pid := pcpu.Pin()
-	if cs := *h.caches.Load(); pid < len(cs) {
-		pc := cs[pid]
-		pc.guard.Lock()
+	if pc := h.cacheOf(pcpu.Pin()); pc != nil {
 		l := &pc.lists[c]
 		setLink(tail, l.head)
 		l.head = rest
 		l.n += int32(n)
-		pc.guard.Unlock()
-		pcpu.Unpin()
+		pc.unpin()
 		return first, nil
 	}
 	pcpu.Unpin()
@@ -204,38 +197,34 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 }
 
 func (h *Heap) freeSlot(c int, slot uintptr) {
-	pid := pcpu.Pin()
-	if cs := *h.caches.Load(); pid < len(cs) {
-		pc := cs[pid]
-		pc.guard.Lock()
-		l := &pc.lists[c]
-		setLink(slot, l.head)
-		l.head = slot
-		l.n++
-		if l.n <= classCap[c] {
-			pc.guard.Unlock()
-			pcpu.Unpin()
-			return
-		}
-		// Over capacity: hand half back to the central lists.
-		k := l.n / 2
-		head, tail := l.head, l.head
-		for i := int32(1); i < k; i++ {
-			tail = link(tail)
-		}
-		l.head = link(tail)
-		l.n -= k
-		setLink(tail, 0)
-		pc.guard.Unlock()
+	pc := h.cacheOf(pcpu.Pin())
+	if pc == nil {
 		pcpu.Unpin()
 		h.mu.Lock()
-		h.returnList(head)
+		setLink(slot, 0)
+		h.returnList(slot)
 		h.mu.Unlock()
 		return
 	}
-	pcpu.Unpin()
+	l := &pc.lists[c]
+	setLink(slot, l.head)
+	l.head = slot
+	l.n++
+	if l.n <= classCap[c] {
+		pc.unpin()
+		return
+	}
+	// Over capacity: hand half back to the central lists.
+	k := l.n / 2
+	head, tail := l.head, l.head
+	for i := int32(1); i < k; i++ {
+		tail = link(tail)
+	}
+	l.head = link(tail)
+	l.n -= k
+	setLink(tail, 0)
+	pc.unpin()
 	h.mu.Lock()
-	setLink(slot, 0)
-	h.returnList(slot)
+	h.returnList(head)
 	h.mu.Unlock()
 }

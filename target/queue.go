@@ -118,6 +118,18 @@ func (q *Queue) Query() (bool, error) {
 		q.mu.Unlock()
 		return false, fmt.Errorf("query: %w", ErrQueueClosed)
 	}
+	ok, err := q.queryAndReleaseLocked()
+	if err != nil {
+		return false, fmt.Errorf("device %d: query: %w", q.dev.ID, err)
+	}
+	return ok, nil
+}
+
+// queryAndReleaseLocked asks the driver whether the queue's work is done
+// and, if so, releases what it holds. The query and the taking happen under
+// q.mu (held on entry, released on return), so a submission cannot slip a
+// buffer in between; the release itself runs after unlocking.
+func (q *Queue) queryAndReleaseLocked() (bool, error) {
 	ok, err := q.impl.Query()
 	var done []pending
 	if err == nil && ok {
@@ -125,10 +137,7 @@ func (q *Queue) Query() (bool, error) {
 	}
 	q.mu.Unlock()
 	q.dev.release(done)
-	if err != nil {
-		return false, fmt.Errorf("device %d: query: %w", q.dev.ID, err)
-	}
-	return ok, nil
+	return ok, err
 }
 
 // recycleIfDone releases what the queue holds when its work is done; a
@@ -139,13 +148,7 @@ func (q *Queue) recycleIfDone() {
 		q.mu.Unlock()
 		return
 	}
-	ok, err := q.impl.Query()
-	var done []pending
-	if err == nil && ok {
-		done = q.takeLocked(q.seq)
-	}
-	q.mu.Unlock()
-	q.dev.release(done)
+	_, _ = q.queryAndReleaseLocked() // an error leaves the buffers held, to be retried
 }
 
 // takeLocked removes the pending entries handed over before seq limit and

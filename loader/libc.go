@@ -1,7 +1,6 @@
 package loader
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -137,8 +136,5 @@ func (c *LibC) Munlock(p, n uintptr) error {
 	return nil
 }
 
-// ErrSymbolMissing: a library lacks a symbol the runtime binds.
-var ErrSymbolMissing = errors.New("symbol missing")
-
-// PageSize is the OS page size.
+// pageSize is the OS page size.
 var pageSize = uintptr(syscall.Getpagesize())

@@ -16,6 +16,8 @@ var (
 	ErrDisabled = errors.New("library disabled")
 	// ErrInitFailed: the library loaded but its initialisation call failed.
 	ErrInitFailed = errors.New("driver initialisation failed")
+	// ErrSymbolMissing: a library lacks a symbol the runtime binds.
+	ErrSymbolMissing = errors.New("symbol missing")
 )
 
 // Spec says how to find a library.

@@ -38,11 +38,8 @@ func TestMain(m *testing.M) {
 }
 
 func goTool() (string, error) {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p, nil
-	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(p); err != nil {
+	p, err := exec.LookPath("go")
+	if err != nil {
 		return "", errors.New("the go tool is not on PATH")
 	}
 	return p, nil

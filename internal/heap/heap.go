@@ -107,7 +107,6 @@ type span struct {
 	// large blocks
 	owner uint32
 	req   uintptr
-	off   uintptr
 }
 
 // chunk is a 4 MiB granule-aligned region: 64 pages of spans, or one huge

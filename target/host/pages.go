@@ -69,11 +69,3 @@ func (pc *pageCounts) add(first, end uintptr, delta int, runs []pageRun) []pageR
 	}
 	return runs
 }
-
-// count returns the lock count of page pg.
-func (pc *pageCounts) count(pg uintptr) uint32 {
-	if c := pc.chunks[pg/chunkPages]; c != nil {
-		return c.n[pg%chunkPages]
-	}
-	return 0
-}

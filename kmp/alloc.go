@@ -116,10 +116,7 @@ func AlignedCalloc(alignment, nmemb, size uintptr, a AllocatorHandle) unsafe.Poi
 	if al == nil {
 		return nil
 	}
-	if alignment == 0 {
-		alignment = 1 // omp_aligned_calloc(0, ...) is not meaningful; treat as no extra alignment
-	}
-	p, err := al.AlignedCalloc(alignment, nmemb, size)
+	p, err := al.AlignedCalloc(alignment, nmemb, size) // 0: the allocator's own alignment
 	report("omp_aligned_calloc", err)
 	return p
 }

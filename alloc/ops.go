@@ -90,10 +90,9 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	var foot int64
 	if a.traits.PoolSize > 0 {
 		foot = int64(heap.Footprint(size, al))
-		if used := a.poolUsed.Add(foot); used > int64(a.traits.PoolSize) {
-			a.poolUsed.Add(-foot)
+		if used, ok := reserve(&a.poolUsed, foot, int64(a.traits.PoolSize)); !ok {
 			return nil, fmt.Errorf("%w: %v: %d bytes (%d with overhead) do not fit, %d of %d in use",
-				ErrPoolExhausted, a, size, foot, used-foot, a.traits.PoolSize)
+				ErrPoolExhausted, a, size, foot, used, a.traits.PoolSize)
 		}
 	}
 	p, f, err := a.heap.Alloc(size, al, uint32(a.handle), zero)

@@ -154,10 +154,9 @@ func (l *limit) init() {
 func (l *limit) reserve(n uintptr) error {
 	l.init()
 	max := l.max.Load()
-	if used := l.used.Add(int64(n)); max > 0 && used > max {
-		l.used.Add(-int64(n))
+	if used, ok := reserve(&l.used, int64(n), max); !ok {
 		return fmt.Errorf("%w: %d more bytes would exceed the pinned-memory limit of %d bytes (%d in use; set %s)",
-			ErrPinFailed, n, max, used-int64(n), PinnedLimitEnv)
+			ErrPinFailed, n, max, used, PinnedLimitEnv)
 	}
 	return nil
 }

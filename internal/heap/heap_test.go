@@ -332,3 +332,25 @@ func TestRetainedHugeReuse(t *testing.T) {
 	h.Trim()
 	require.Zero(t, h.Stats().Mapped)
 }
+
+// A slot first used for a 64-aligned block, freed, then reused for a
+// 16-aligned one keeps the old (free) header inside the new block's bytes:
+// a pointer there is inside a live block, not a double free.
+func TestInteriorPointerOverStaleHeader(t *testing.T) {
+	h := newTestHeap(t)
+	p, _, err := h.Alloc(48, 64, 1, false) // slot of 128, user pointer at +64
+	require.NoError(t, err)
+	_, err = Free(p)
+	require.NoError(t, err)
+	q, _, err := h.Alloc(100, 16, 1, false) // the same slot, user pointer at +16
+	require.NoError(t, err)
+	require.Equal(t, p-48, q, "the slot is reused")
+	_, err = Free(p)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = Inspect(p)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = Free(q)
+	require.NoError(t, err)
+	_, err = Free(q)
+	require.ErrorIs(t, err, ErrDoubleFree)
+}

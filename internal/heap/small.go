@@ -187,13 +187,30 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	hd := hdr(p)
-	switch m := atomic.LoadUint32(&hd.magic); {
-	case m == magicFree:
-		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
-	case m != magicLive || uintptr(hd.off) != off:
-		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	m := atomic.LoadUint32(&hd.magic)
+	if m == magicLive && uintptr(hd.off) == off {
+		return slot, nil
 	}
-	return slot, nil
+	// Not a live block's start. A slot reused at a smaller offset keeps the
+	// freed header of its earlier block inside the new block's bytes, so a
+	// free magic at p-16 is a double free only if no live block of the slot
+	// starts before p; if one does, p points inside it.
+	if m == magicFree && !liveBefore(slot, p) {
+		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+}
+
+// liveBefore reports whether a live block of the slot starts before p. A
+// block starts at an offset of 16 or a larger power of two (its alignment).
+// Only error paths call it.
+func liveBefore(slot, p uintptr) bool {
+	for off := uintptr(hdrSize); slot+off < p; off *= 2 {
+		if hd := hdr(slot + off); atomic.LoadUint32(&hd.magic) == magicLive && uintptr(hd.off) == off {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Heap) freeSlot(c int, slot uintptr) {

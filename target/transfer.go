@@ -14,23 +14,18 @@ import (
 const bounceChunk = 8 << 20
 
 // Memcpy copies n bytes from src on device srcDev to dst on device dstDev,
-// synchronously, between any two devices including the host. A copy between
-// two accelerators goes through a host buffer. n == 0 does nothing.
+// between any two devices including the host. It is complete on return:
+// later work on any queue of either device sees the bytes. A copy between
+// two accelerators of the same plugin goes device to device when the driver
+// says they reach each other (plugin.PeerCopier); otherwise it goes through
+// host memory. n == 0 does nothing.
 func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
 	if n == 0 {
 		return nil
 	}
-	w := get()
-	dd, err := w.device(dstDev)
+	dd, sd, err := memcpyDevices(dst, src, n, dstDev, srcDev)
 	if err != nil {
-		return fmt.Errorf("memcpy to %w", err)
-	}
-	sd, err := w.device(srcDev)
-	if err != nil {
-		return fmt.Errorf("memcpy from %w", err)
-	}
-	if dst == 0 || src == 0 {
-		return fmt.Errorf("memcpy of %d bytes from %#x to %#x: %w", n, src, dst, ErrInvalidArgument)
+		return err
 	}
 	switch {
 	case dd.host && sd.host:
@@ -46,7 +41,124 @@ func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
 	case dd == sd:
 		return dd.Exchange(dst, src, n, nil)
 	}
+	pc, ok, err := peerPath(sd, dd)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return copyPeer(pc, sd, dd, sd, dst, src, n, nil)
+	}
 	return bounce(dd, sd, dst, src, n)
+}
+
+// MemcpyAsync is Memcpy enqueued on q (omp_target_memcpy_async,
+// cuMemcpyPeerAsync): the copy runs after the work issued on q before it and
+// before the work issued on q after it, and may still be running when
+// MemcpyAsync returns; q.Synchronize waits for it. q must be a queue of one
+// of the two devices, of the accelerator when the other one is the host.
+// Work on other queues is not ordered with the copy.
+//
+// Between two accelerators without a device-to-device path the bytes go
+// through host memory: MemcpyAsync then waits for q's earlier work, copies
+// and returns when the copy is complete (still in q's order).
+func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
+	if n == 0 {
+		return nil
+	}
+	dd, sd, err := memcpyDevices(dst, src, n, dstDev, srcDev)
+	if err != nil {
+		return err
+	}
+	if q == nil || (q.dev != dd && q.dev != sd) {
+		return fmt.Errorf("async memcpy from device %d to device %d: %w: the queue must belong to one of them", sd.ID, dd.ID, ErrInvalidArgument)
+	}
+	switch {
+	case dd.host && sd.host:
+		if err := q.Synchronize(); err != nil {
+			return err
+		}
+		cmem.Copy(dst, src, n)
+		return nil
+	case sd.host:
+		return dd.Submit(dst, src, n, q)
+	case dd.host:
+		return sd.Retrieve(dst, src, n, q)
+	case dd == sd:
+		return dd.Exchange(dst, src, n, q)
+	}
+	pc, ok, err := peerPath(q.dev, other(q.dev, dd, sd))
+	if err != nil {
+		return err
+	}
+	if ok {
+		return copyPeer(pc, q.dev, dd, sd, dst, src, n, q)
+	}
+	if err := q.Synchronize(); err != nil {
+		return err
+	}
+	return bounce(dd, sd, dst, src, n)
+}
+
+func other(d, a, b *Device) *Device {
+	if d == a {
+		return b
+	}
+	return a
+}
+
+// memcpyDevices resolves and checks the two sides of a copy between devices.
+func memcpyDevices(dst, src, n uintptr, dstDev, srcDev int) (dd, sd *Device, err error) {
+	w := get()
+	dd, err = w.device(dstDev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memcpy to %w", err)
+	}
+	sd, err = w.device(srcDev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memcpy from %w", err)
+	}
+	if dst == 0 || src == 0 {
+		return nil, nil, fmt.Errorf("memcpy of %d bytes from %#x to %#x: %w", n, src, dst, ErrInvalidArgument)
+	}
+	return dd, sd, nil
+}
+
+// peerPath returns on's PeerCopier when on and peer are accelerators of the
+// same plugin whose driver copies between them directly.
+func peerPath(on, peer *Device) (plugin.PeerCopier, bool, error) {
+	if on.host || peer.host || on.plugin != peer.plugin {
+		return nil, false, nil
+	}
+	pc, ok := on.impl.(plugin.PeerCopier)
+	if !ok {
+		return nil, false, nil
+	}
+	if err := on.usable(); err != nil {
+		return nil, false, err
+	}
+	if err := peer.usable(); err != nil {
+		return nil, false, err
+	}
+	can, err := pc.PeerAccess(peer.impl)
+	if err != nil {
+		return nil, false, fmt.Errorf("device %d: peer access to device %d: %w", on.ID, peer.ID, err)
+	}
+	return pc, can, nil
+}
+
+// copyPeer runs one device-to-device copy between two devices on on (one of
+// them), synchronously or on q (a queue of on).
+func copyPeer(pc plugin.PeerCopier, on, dd, sd *Device, dst, src, n uintptr, q *Queue) error {
+	var err error
+	if q == nil {
+		err = pc.CopyPeer(dst, dd.impl, src, sd.impl, n, nil)
+	} else {
+		err = q.issue(func(qi plugin.QueueImpl) error { return pc.CopyPeer(dst, dd.impl, src, sd.impl, n, qi) }, pending{})
+	}
+	if err != nil {
+		return fmt.Errorf("device %d: peer copy of %d bytes from %#x on device %d to %#x on device %d: %w", on.ID, n, src, sd.ID, dst, dd.ID, err)
+	}
+	return nil
 }
 
 // bounce copies between two accelerators through host memory, a chunk at a

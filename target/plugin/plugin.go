@@ -18,8 +18,12 @@ type Impl interface {
 	Alloc(kind MemKind, n uintptr) (uintptr, error)
 	Free(kind MemKind, p uintptr) error
 
-	// Copy copies n bytes in direction dir. With q == nil it is synchronous;
-	// otherwise it is enqueued on q and may complete later. Host sides are
+	// Copy copies n bytes in direction dir. With q == nil it is complete on
+	// return, whatever the direction and whether the host side is pinned or
+	// pageable: work issued afterwards on any queue of the device sees the
+	// result (CUDA's "synchronous" cuMemcpy* calls do not promise that, so
+	// the CUDA plugin copies on a stream of its own and synchronizes it).
+	// Otherwise it is enqueued on q and may complete later. Host sides are
 	// always host addresses, also when the range is locked: the plugin
 	// translates to a device alias itself if its driver needs one (CUDA's
 	// copy calls take host pointers; HSA's want the agent pointer).

@@ -1,0 +1,35 @@
+package plugin
+
+// PeerCopier is implemented by an Impl whose driver copies directly between
+// two devices of the same plugin, as LLVM's plugins do for data exchange:
+// CUDA with cuDeviceCanAccessPeer, cuCtxEnablePeerAccess and
+// cuMemcpyPeerAsync; HSA by allowing both agents access to the memory and
+// hsa_amd_memory_async_copy between their pools.
+//
+// target uses it for Memcpy and MemcpyAsync between two accelerators of the
+// same plugin. Without it, or when PeerAccess answers false, target bounces
+// the bytes through pinned host buffers (two in flight), never through
+// pageable memory.
+type PeerCopier interface {
+	// PeerAccess reports whether copies between this device's memory and
+	// peer's can go device to device, in both directions, enabling whatever
+	// access the driver needs for that the first time the pair is asked.
+	// peer is another Impl of the same plugin, never the receiver itself.
+	// false with a nil error: the devices cannot reach each other. An error:
+	// the driver failed to say or to enable access. After the first call
+	// for a pair the answer must come without a driver call: target asks
+	// before every copy.
+	PeerAccess(peer Impl) (bool, error)
+
+	// CopyPeer copies n bytes from src in srcDev's memory to dst in dstDev's
+	// memory. The receiver is one of srcDev and dstDev, the other one an Impl
+	// of the same plugin for which PeerAccess answered true.
+	//
+	// With q nil the copy is complete when CopyPeer returns: a later read of
+	// dst by either device, on any queue, sees the bytes. Otherwise q is a
+	// queue of the receiver: the copy runs after the work issued on q
+	// before it and before the work issued after it, and may still be
+	// running when CopyPeer returns (q.Synchronize waits for it). Work on
+	// the other device's queues is not ordered with it.
+	CopyPeer(dst uintptr, dstDev Impl, src uintptr, srcDev Impl, n uintptr, q QueueImpl) error
+}

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# provision-drivers.sh [DIR] — make the real GPU driver libraries available on a
-# machine without a GPU, for the integration tests (target/cuda real_test.go,
-# target/amdgpu): 
+# provision-drivers.sh [DIR] [ARCH] — make the real GPU driver libraries
+# available on a machine without a GPU, for the integration tests
+# (target/cuda real_test.go, target/amdgpu):
 #   - NVIDIA: Debian's libcuda1 (non-free) is downloaded and unpacked into DIR,
 #     never installed (its dependencies want kernel modules). A private apt
 #     configuration under DIR/apt fetches the non-free index only, so the
 #     system's apt state is not touched.
 #   - ROCm: libhsa-runtime64-1 (main) is installed with apt-get unless
 #     `ldconfig -p` already lists libhsa-runtime64.so.1.
+# With ARCH (a Debian architecture such as arm64) other than the machine's,
+# libcuda1 of that architecture is unpacked into DIR/libcuda1-ARCH, for test
+# binaries run under qemu-user; the HSA runtime is not provisioned for it
+# (OMPALLOC_REAL_HSA is printed empty: ROCm's arm64 runtime is not a target).
 # Idempotent: a library already present is kept. Prints the paths, as
 #   OMPALLOC_REAL_CUDA=<path to libcuda.so.1>
 #   OMPALLOC_REAL_HSA=<path to libhsa-runtime64.so.1>
@@ -16,6 +20,8 @@
 set -euo pipefail
 
 DIR=${1:-.cache/drivers}
+NATIVE=$(dpkg --print-architecture 2>/dev/null || echo amd64)
+ARCH=${2:-$NATIVE}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 
@@ -48,7 +54,11 @@ debian_mirror() {
 }
 
 provision_cuda() {
-	local x="$DIR/libcuda1" lib
+	local x="$DIR/libcuda1" lib lists=lists cache=cache archopts=()
+	if [ "$ARCH" != "$NATIVE" ]; then
+		x="$DIR/libcuda1-$ARCH" lists="lists-$ARCH" cache="cache-$ARCH"
+		archopts=(-o "APT::Architecture=$ARCH" -o "APT::Architectures::=$ARCH")
+	fi
 	lib=$(find "$x" -name libcuda.so.1 -path '*nvidia/current*' 2>/dev/null | head -n1 || true)
 	if [ -n "$lib" ] && [ -e "$lib" ]; then
 		say "libcuda1 already unpacked: $lib"
@@ -63,7 +73,7 @@ provision_cuda() {
 	suite=${suite:-bookworm}
 	[ -r "$keyring" ] || die "$keyring missing (package debian-archive-keyring)"
 	local a="$DIR/apt"
-	mkdir -p "$a/sources" "$a/lists/partial" "$a/cache/archives/partial" "$a/pkgs"
+	mkdir -p "$a/sources" "$a/$lists/partial" "$a/$cache/archives/partial" "$a/pkgs"
 	cat >"$a/sources/nf.sources" <<SRC
 Types: deb
 URIs: $mirror
@@ -72,16 +82,16 @@ Components: non-free
 Signed-By: $keyring
 SRC
 	local opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$a/sources"
-		-o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a/cache"
-		-o "Dir::Cache::archives=$a/cache/archives")
+		-o "Dir::State::Lists=$a/$lists" -o "Dir::Cache=$a/$cache"
+		-o "Dir::Cache::archives=$a/$cache/archives" "${archopts[@]}")
 	[ "$(id -u)" = 0 ] && opts+=(-o APT::Sandbox::User=root)
-	say "fetching the non-free index of $mirror $suite"
+	say "fetching the non-free index of $mirror $suite for $ARCH"
 	apt-get "${opts[@]}" -q update >&2 || die "apt-get update of the non-free index failed"
-	say "downloading libcuda1"
-	(cd "$a/pkgs" && rm -f libcuda1_*.deb && apt-get "${opts[@]}" -q download libcuda1 >&2) ||
-		die "apt-get download libcuda1 failed"
+	say "downloading libcuda1:$ARCH"
+	(cd "$a/pkgs" && rm -f libcuda1_*_"$ARCH".deb && apt-get "${opts[@]}" -q download "libcuda1:$ARCH" >&2) ||
+		die "apt-get download libcuda1:$ARCH failed"
 	local deb
-	deb=$(ls "$a/pkgs"/libcuda1_*.deb 2>/dev/null | head -n1)
+	deb=$(ls "$a/pkgs"/libcuda1_*_"$ARCH".deb 2>/dev/null | head -n1)
 	[ -n "$deb" ] || die "apt-get download left no libcuda1_*.deb in $a/pkgs"
 	rm -rf "$x.tmp"
 	dpkg -x "$deb" "$x.tmp" || die "dpkg -x $deb failed"
@@ -111,6 +121,9 @@ provision_hsa() {
 }
 
 cuda=$(provision_cuda)
-hsa=$(provision_hsa)
+hsa=
+if [ "$ARCH" = "$NATIVE" ]; then
+	hsa=$(provision_hsa)
+fi
 echo "OMPALLOC_REAL_CUDA=$cuda"
 echo "OMPALLOC_REAL_HSA=$hsa"

@@ -152,9 +152,9 @@ func compile(cc []string, name, tmp string) (string, error) {
 	if msg, err := exec.Command(ccPath, args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("compiling %s.c with %s: %v\n%s", name, strings.Join(cc, " "), err, msg)
 	}
-	if err := checkArch(so); err != nil {
-		return "", fmt.Errorf("%w for %s/%s: %s (%s=%q): %v", ErrNoCompiler, runtime.GOOS, runtime.GOARCH,
-			cc[0], CCEnv, os.Getenv(CCEnv), err)
+	if err := CheckArch(so); err != nil {
+		return "", fmt.Errorf("%w for %s/%s: %s (%s=%q) builds for another architecture: %v", ErrNoCompiler,
+			runtime.GOOS, runtime.GOARCH, cc[0], CCEnv, os.Getenv(CCEnv), err)
 	}
 	if err := os.Rename(so, out); err != nil {
 		return "", fmt.Errorf("fake driver cache: %w", err)
@@ -174,10 +174,13 @@ var elfMachine = map[string]elf.Machine{
 	"s390x":   elf.EM_S390,
 }
 
-// checkArch refuses a library this process could not load: a plain gcc
+// CheckArch reports an error when the shared library at path is for another
+// architecture than this process, which could not load it: a plain gcc
 // builds for the machine, not for an arm64 test binary run under qemu, and
-// dlopen's "wrong ELF class" would surface much later as "no devices".
-func checkArch(so string) error {
+// the x86-64 driver that a test finds is no driver for that binary. Without
+// the check, dlopen's failure surfaces much later, as "no devices". Tests of
+// a real driver library skip on this error.
+func CheckArch(so string) error {
 	want, ok := elfMachine[runtime.GOARCH]
 	if !ok || runtime.GOOS != "linux" {
 		return nil // not ELF, or an architecture not listed: dlopen will tell
@@ -188,7 +191,7 @@ func checkArch(so string) error {
 	}
 	defer f.Close()
 	if f.Machine != want {
-		return fmt.Errorf("it builds %s code, this test binary is %s (%s)", f.Machine, runtime.GOARCH, want)
+		return fmt.Errorf("%s is %s code, this process is %s (%s)", filepath.Base(so), f.Machine, runtime.GOARCH, want)
 	}
 	return nil
 }

@@ -3,24 +3,34 @@ package amdgpu
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
+// multiarch is Debian's library directory name of each architecture.
+var multiarch = map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+
 // realLibrary is ROCm's runtime to test against: OMPALLOC_REAL_HSA, else
-// Debian's libhsa-runtime64-1.
+// Debian's libhsa-runtime64-1 for this test binary's architecture. A library
+// for another architecture (the amd64 one seen by an arm64 binary under
+// qemu) is skipped, not failed: this process could not load it.
 func realLibrary(t *testing.T) string {
 	t.Helper()
 	p := os.Getenv("OMPALLOC_REAL_HSA")
 	if p == "" {
-		p = "/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1"
+		p = "/usr/lib/" + multiarch[runtime.GOARCH] + "/libhsa-runtime64.so.1"
 	}
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("real HSA runtime not installed (%v): install Debian's libhsa-runtime64-1 or set OMPALLOC_REAL_HSA", err)
+	}
+	if err := fakedrv.CheckArch(p); err != nil {
+		t.Skipf("real HSA runtime %s: %v", p, err)
 	}
 	return p
 }

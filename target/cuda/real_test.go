@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -26,6 +27,9 @@ func TestRealDriver(t *testing.T) {
 	}
 	_, err := os.Stat(path)
 	require.NoError(t, err, "%s=%s", realEnv, path)
+	if err := fakedrv.CheckArch(path); err != nil {
+		t.Skipf("%s=%s: %v (scripts/provision-drivers.sh DIR arm64 unpacks the arm64 driver)", realEnv, path, err)
+	}
 	out := runChild(t, "TestRealDriverChild", "OMPALLOC_CUDA_LIBRARY="+path, "OMPALLOC_DISABLE_CUDA=")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "real_test.go") {

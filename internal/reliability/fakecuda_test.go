@@ -46,8 +46,9 @@ func openFakeCUDA(t *testing.T) fakeCUDA {
 
 func (f fakeCUDA) count(kind int) int { return int(int32(loader.Call(f.live, uintptr(kind)))) }
 
-// driverState is the fake driver's live objects, staging buffers (which
-// the pools keep on purpose) apart.
+// driverState is the fake driver's live objects, staging buffers and the
+// idle streams of synchronous copies (which the devices keep on purpose)
+// apart.
 func (f fakeCUDA) driverState() [5]int {
 	var s [5]int
 	for k := range s {
@@ -56,6 +57,9 @@ func (f fakeCUDA) driverState() [5]int {
 	for _, d := range target.Devices() {
 		if d.Plugin() == "cuda" {
 			s[cuLiveHostAlloc] -= d.StagingStats().Buffers
+			if k, ok := d.Impl().(interface{ SyncStreams() int }); ok {
+				s[cuLiveStreams] -= k.SyncStreams()
+			}
 		}
 	}
 	return s
@@ -251,12 +255,12 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.NoError(t, d0.Free(plugin.MemDevice, dst))
 	})
 
-	step("cuMemcpyHtoD and cuMemcpyDtoH/Memcpy", func(t *testing.T) {
+	step("cuMemcpyHtoDAsync and cuMemcpyDtoHAsync of synchronous copies/Memcpy", func(t *testing.T) {
 		dst, err := d0.Alloc(plugin.MemDevice, 8192)
 		require.NoError(t, err)
 		src, back := hostBuf(t, 8192), hostBuf(t, 8192)
 		pattern(bytesAt(cmem.Ptr(src), 8192), 3)
-		undo := injectCUDA(t, "cuMemcpyHtoD")
+		undo := injectCUDA(t, "cuMemcpyHtoDAsync")
 		require.ErrorContains(t, target.Memcpy(dst, src, 8192, 0, host), "cuMemcpyHtoD")
 		warnsOnce(t, func() {
 			require.Equal(t, -1, kmp.TargetMemcpy(cmem.Ptr(dst), cmem.Ptr(src), 8192, 0, 0, 0, host))
@@ -264,7 +268,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		faults++
 		undo()
 		require.NoError(t, target.Memcpy(dst, src, 8192, 0, host))
-		undo = injectCUDA(t, "cuMemcpyDtoH")
+		undo = injectCUDA(t, "cuMemcpyDtoHAsync")
 		require.ErrorContains(t, target.Memcpy(back, dst, 8192, host, 0), "cuMemcpyDtoH")
 		undo()
 		faults += 2

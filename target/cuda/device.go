@@ -23,7 +23,14 @@ type device struct {
 
 	mu     sync.Mutex
 	allocs map[uintptr]plugin.MemKind
+
+	smu         sync.Mutex
+	syncStreams []uintptr // idle streams of synchronous copies
 }
+
+// keepSyncStreams bounds the idle streams a device keeps for synchronous
+// copies; more concurrent copies make streams of their own and destroy them.
+const keepSyncStreams = 4
 
 func openDevice(drv *driver, ord int, version string) (*device, error) {
 	d := &device{drv: drv, ord: ord, allocs: map[uintptr]plugin.MemKind{}}
@@ -147,10 +154,17 @@ func (d *device) free(kind plugin.MemKind, p uintptr) error {
 	return d.withCtx("cuMemFree", func() result { return call(d.drv.cuMemFree, p) })
 }
 
-// Copy copies n bytes. With q nil it is synchronous (cuMemcpy*_v2);
-// otherwise it is enqueued on q's stream (cuMemcpy*Async_v2), and the host
-// side must stay untouched until the queue reports the work done.
-// Host-to-host copies are memmoves, after q's earlier work has completed.
+// Copy copies n bytes on q's stream (cuMemcpy*Async_v2): the host side must
+// stay untouched until the queue reports the work done. With q nil the copy
+// runs on a stream of the device's own, which Copy synchronizes: it is
+// complete on return, so work issued afterwards on any stream sees it. The
+// driver's "synchronous" cuMemcpy*_v2 calls would not do: they run on the
+// legacy default stream, a device-to-device one returns before the copy is
+// done and a host-to-device one from pageable memory before the DMA has
+// landed (the driver API's "API synchronization behavior"), and the
+// non-blocking streams of queues do not wait for the legacy stream. LLVM's
+// plugin does the same. Host-to-host copies are memmoves, after q's earlier
+// work has completed.
 func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
 	if n == 0 {
 		return nil
@@ -170,20 +184,14 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	}
 	var fn uintptr
 	var name string
-	switch {
-	case dir == plugin.HostToDevice && q == nil:
-		fn, name = d.drv.cuMemcpyHtoD, "cuMemcpyHtoD"
-	case dir == plugin.DeviceToHost && q == nil:
-		fn, name = d.drv.cuMemcpyDtoH, "cuMemcpyDtoH"
-	case dir == plugin.DeviceToDevice && q == nil:
-		fn, name = d.drv.cuMemcpyDtoD, "cuMemcpyDtoD"
-	case dir == plugin.HostToDevice:
+	switch dir {
+	case plugin.HostToDevice:
 		fn, name = d.drv.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync"
-	case dir == plugin.DeviceToHost:
+	case plugin.DeviceToHost:
 		fn, name = d.drv.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync"
-	case dir == plugin.DeviceToDevice:
+	case plugin.DeviceToDevice:
 		fn, name = d.drv.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync"
-	case dir == plugin.HostToHost:
+	case plugin.HostToHost:
 		if q != nil {
 			if err := q.Synchronize(); err != nil {
 				return err
@@ -196,7 +204,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	}
 	var err error
 	if q == nil {
-		err = d.withCtx(name, func() result { return call(fn, dst, src, n) })
+		err = d.syncCopy(name, func(s uintptr) result { return call(fn, dst, src, n, s) })
 	} else {
 		err = d.withCtx(name, func() result { return call(fn, dst, src, n, stream) })
 	}
@@ -204,6 +212,79 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, err)
 	}
 	return nil
+}
+
+// syncCopy enqueues one copy (enqueue, given the stream) on a stream of the
+// device's own and waits for it to complete.
+func (d *device) syncCopy(name string, enqueue func(stream uintptr) result) error {
+	s, err := d.takeSyncStream()
+	if err != nil {
+		return err
+	}
+	if err := d.withCtx(name, func() result { return enqueue(s) }); err != nil {
+		d.putSyncStream(s)
+		return err
+	}
+	// The stream names its context: no current context needed to wait.
+	if err := d.drv.check("cuStreamSynchronize", call(d.drv.cuStreamSynchronize, s)); err != nil {
+		// A stream whose work failed is not reused.
+		_ = d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) })
+		return err
+	}
+	d.putSyncStream(s)
+	return nil
+}
+
+// takeSyncStream returns an idle stream of synchronous copies, creating one
+// (non-blocking, like queues') when none is idle.
+func (d *device) takeSyncStream() (uintptr, error) {
+	d.smu.Lock()
+	if k := len(d.syncStreams); k > 0 {
+		s := d.syncStreams[k-1]
+		d.syncStreams = d.syncStreams[:k-1]
+		d.smu.Unlock()
+		return s, nil
+	}
+	d.smu.Unlock()
+	var s uintptr
+	err := d.withCtx("cuStreamCreate", func() result {
+		return call(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
+	})
+	return s, err
+}
+
+func (d *device) putSyncStream(s uintptr) {
+	d.smu.Lock()
+	if len(d.syncStreams) < keepSyncStreams && !d.closed.Load() {
+		d.syncStreams = append(d.syncStreams, s)
+		s = 0
+	}
+	d.smu.Unlock()
+	if s != 0 {
+		_ = d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) })
+	}
+}
+
+// SyncStreams is the number of idle streams the device keeps for
+// synchronous copies (at most 4), for leak checks that count the driver's
+// streams.
+func (d *device) SyncStreams() int {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return len(d.syncStreams)
+}
+
+// destroySyncStreams destroys the idle streams of synchronous copies.
+func (d *device) destroySyncStreams() error {
+	d.smu.Lock()
+	ss := d.syncStreams
+	d.syncStreams = nil
+	d.smu.Unlock()
+	var errs []error
+	for _, s := range ss {
+		errs = append(errs, d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) }))
+	}
+	return errors.Join(errs...)
 }
 
 // NewQueue creates a non-blocking stream: it does not wait for, nor hold up,
@@ -227,6 +308,7 @@ func (d *device) Close() error {
 		return nil
 	}
 	var errs []error
+	errs = append(errs, d.destroySyncStreams())
 	errs = append(errs, d.drv.regs.releaseAll(d))
 	d.mu.Lock()
 	allocs := d.allocs

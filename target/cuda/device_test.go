@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -89,7 +90,7 @@ func TestCopySyncRoundTrip(t *testing.T) {
 
 	// A host address is not a device address: the driver refuses it.
 	err = d.Copy(src, dst, 16, plugin.HostToDevice, nil)
-	requireCode(t, err, "cuMemcpyHtoD", 1, "CUDA_ERROR_INVALID_VALUE")
+	requireCode(t, err, "cuMemcpyHtoDAsync", 1, "CUDA_ERROR_INVALID_VALUE")
 	// Past the end of an allocation.
 	err = d.Copy(a+n-8, src, 16, plugin.HostToDevice, nil)
 	require.ErrorIs(t, err, ErrInvalidValue)
@@ -298,4 +299,93 @@ func TestCloseReleasesEverything(t *testing.T) {
 	_, err = d.Alloc(plugin.MemDevice, 10)
 	require.ErrorIs(t, err, ErrClosed)
 	require.NoError(t, p.devices[1].Close())
+}
+
+// rawSym is a driver entry point the plugin does not bind (any more).
+func rawSym(t *testing.T, name string) uintptr {
+	t.Helper()
+	lib, err := loader.Open(loader.Spec{Name: "fake CUDA driver", Candidates: []string{fakeLib}})
+	require.NoError(t, err)
+	fn, err := lib.Sym(name)
+	require.NoError(t, err)
+	return fn
+}
+
+// The fake follows the driver's "API synchronization behavior": a
+// synchronous cuMemcpyDtoD_v2 and a synchronous cuMemcpyHtoD_v2 from pageable
+// memory return before the bytes land, a non-blocking stream does not wait
+// for them, and a synchronous cuMemcpyDtoH_v2 (on the legacy stream, after
+// them) sees them.
+func TestFakeLegacyStreamSemantics(t *testing.T) {
+	t.Setenv("FAKECUDA_LEGACY_DELAY_US", "50000")
+	d := dev(t, 0)
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Destroy()) }()
+	const n = 64 << 10
+	src, sb := hostBuf(t, n)
+	dst, db := hostBuf(t, n)
+	a, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer d.Free(plugin.MemDevice, a)
+	b, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer d.Free(plugin.MemDevice, b)
+	pattern(sb, 0x31)
+	require.NoError(t, d.Copy(a, src, n, plugin.HostToDevice, nil))
+
+	for _, tc := range []struct {
+		name string
+		sync func() result
+	}{
+		{"cuMemcpyDtoD_v2", func() result { return call(rawSym(t, "cuMemcpyDtoD_v2"), b, a, n) }},
+		{"cuMemcpyHtoD_v2", func() result { return call(rawSym(t, "cuMemcpyHtoD_v2"), b, src, n) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clear(db)
+			require.NoError(t, d.Copy(b, dst, n, plugin.HostToDevice, nil)) // zeroes, complete
+			require.NoError(t, d.withCtx(tc.name, tc.sync))
+			require.NoError(t, d.Copy(dst, b, n, plugin.DeviceToHost, q))
+			require.NoError(t, q.Synchronize())
+			require.NotEqual(t, sb, db, "a non-blocking stream waited for the legacy stream")
+			require.NoError(t, d.withCtx("cuMemcpyDtoH_v2", func() result { return call(rawSym(t, "cuMemcpyDtoH_v2"), dst, b, n) }))
+			require.Equal(t, sb, db, "the legacy stream is in order")
+		})
+	}
+}
+
+// A copy without a queue is complete on return: the next copy on a queue
+// (a non-blocking stream) reads what it wrote. Fails with the driver's
+// "synchronous" cuMemcpyDtoD_v2 / cuMemcpyHtoD_v2 from pageable memory.
+func TestSyncCopyCompleteForQueues(t *testing.T) {
+	t.Setenv("FAKECUDA_LEGACY_DELAY_US", "50000")
+	d := dev(t, 1)
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Destroy()) }()
+	const n = 2 << 20
+	src, sb := hostBuf(t, n)
+	dst, db := hostBuf(t, n)
+	a, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer d.Free(plugin.MemDevice, a)
+	for i, dir := range []plugin.Direction{plugin.HostToDevice, plugin.DeviceToDevice} {
+		t.Run(dir.String(), func(t *testing.T) {
+			b, err := d.Alloc(plugin.MemDevice, n)
+			require.NoError(t, err)
+			defer d.Free(plugin.MemDevice, b)
+			pattern(sb, byte(0x40+i))
+			if dir == plugin.HostToDevice {
+				require.NoError(t, d.Copy(b, src, n, dir, nil)) // pageable source
+			} else {
+				require.NoError(t, d.Copy(a, src, n, plugin.HostToDevice, q))
+				require.NoError(t, q.Synchronize())
+				require.NoError(t, d.Copy(b, a, n, dir, nil))
+			}
+			clear(db)
+			require.NoError(t, d.Copy(dst, b, n, plugin.DeviceToHost, q))
+			require.NoError(t, q.Synchronize())
+			require.True(t, bytes.Equal(sb, db), "the queue read the destination before the %s copy landed", dir)
+		})
+	}
 }

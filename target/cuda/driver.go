@@ -49,7 +49,6 @@ type driver struct {
 	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemAllocManaged                uintptr
 	cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer                      uintptr
 	cuPointerGetAttribute                                                                  uintptr
-	cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyDtoD                                               uintptr
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                                uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                    uintptr
 	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy         uintptr
@@ -96,9 +95,6 @@ func (d *driver) table() []entry {
 		req("cuMemHostUnregister", &d.cuMemHostUnregister),
 		ver(req("cuMemHostGetDevicePointer", &d.cuMemHostGetDevicePointer)),
 		req("cuPointerGetAttribute", &d.cuPointerGetAttribute),
-		ver(req("cuMemcpyHtoD", &d.cuMemcpyHtoD)),
-		ver(req("cuMemcpyDtoH", &d.cuMemcpyDtoH)),
-		ver(req("cuMemcpyDtoD", &d.cuMemcpyDtoD)),
 		ver(req("cuMemcpyHtoDAsync", &d.cuMemcpyHtoDAsync)),
 		ver(req("cuMemcpyDtoHAsync", &d.cuMemcpyDtoHAsync)),
 		ver(req("cuMemcpyDtoDAsync", &d.cuMemcpyDtoDAsync)),

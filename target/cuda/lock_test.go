@@ -199,8 +199,14 @@ func TestInjectedFailures(t *testing.T) {
 			_, err := d.NewQueue()
 			return err
 		}},
-		{"cuMemcpyHtoD=700", "cuMemcpyHtoD", "CUDA_ERROR_ILLEGAL_ADDRESS", 700, func() error {
+		{"cuMemcpyHtoDAsync=700", "cuMemcpyHtoDAsync", "CUDA_ERROR_ILLEGAL_ADDRESS", 700, func() error {
 			return d.Copy(buf, src, 16, plugin.HostToDevice, nil)
+		}},
+		{"cuStreamSynchronize=700", "cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", 700, func() error {
+			a, err := d.Alloc(plugin.MemDevice, 16)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, d.Free(plugin.MemDevice, a)) }()
+			return d.Copy(a, src, 16, plugin.HostToDevice, nil) // a synchronous copy waits for its stream
 		}},
 		{"cuPointerGetAttribute=3", "cuPointerGetAttribute", "CUDA_ERROR_NOT_INITIALIZED", 3, func() error {
 			_, _, err := d.ExternalLock(buf, 16)

@@ -42,6 +42,15 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	if shared != nil {
+		// The shared devices keep idle streams for synchronous copies.
+		for _, d := range shared.devices {
+			if err := d.Close(); err != nil && code == 0 {
+				fmt.Fprintln(os.Stderr, "FAIL: closing the shared devices:", err)
+				code = 1
+			}
+		}
+	}
 	if code == 0 && !child && fakeLib != "" {
 		if err := driverLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: leak check:", err)

@@ -44,9 +44,22 @@
  *     it sleeps FAKECUDA_COPY_DELAY_US microseconds (default 200) before each
  *     copy and reads the source only then, so a host buffer reused before the
  *     copy ran is caught. cuStreamQuery gives CUDA_ERROR_NOT_READY while work
- *     is pending. Synchronous copies wait for the blocking (flags 0) streams
- *     of their context, as the legacy default stream does; copies "on" the
- *     NULL stream run at once. Events complete when the worker reaches them.
+ *     is pending. Events complete when the worker reaches them.
+ *   - The legacy default stream, one per context, as the driver's "API
+ *     synchronization behavior" page describes it: synchronous
+ *     cuMemcpyDtoD_v2 returns at once and leaves the copy on the legacy
+ *     stream; synchronous cuMemcpyHtoD_v2 from pageable memory waits for the
+ *     legacy stream, stages the source and leaves the DMA there; from pinned
+ *     memory, and cuMemcpyDtoH_v2, it is done on return. Work left on the
+ *     legacy stream completes FAKECUDA_LEGACY_DELAY_US microseconds (default
+ *     20000) after it reaches the head of the stream, or at once when a
+ *     thread waits for the stream (a later synchronous copy,
+ *     cuStreamSynchronize(NULL)). Async copies and events on the NULL stream
+ *     go to the legacy stream. Streams created with CU_STREAM_NON_BLOCKING do
+ *     not wait for it (a copy there may read what the legacy stream has not
+ *     written yet); blocking streams (flags 0) and the legacy stream wait for
+ *     each other. Freeing or unregistering memory waits for every legacy
+ *     stream first.
  *
  * Error injection (read at every call, so it may change while a process runs;
  * a changed value restarts the counts):
@@ -141,12 +154,14 @@ struct region {
 
 struct fake_ctx {
 	int dev, refs;
+	struct fake_stream *legacy; /* the legacy default stream, made at first use */
 };
 
 struct op {
 	void *dst;
 	const void *src;
 	size_t n;
+	void *owned;           /* a staging copy of a pageable source, freed after the copy */
 	struct fake_event *ev; /* non-NULL: an event record, not a copy */
 	unsigned long long seq;
 	struct op *next;
@@ -155,6 +170,8 @@ struct op {
 struct fake_stream {
 	struct fake_ctx *ctx;
 	unsigned flags;
+	int legacy; /* the context's legacy default stream */
+	int hurry;  /* legacy: threads waiting for it to drain */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct op *head, *tail;
@@ -181,6 +198,9 @@ static struct region *g_regions;
 static struct fake_stream *g_streams;
 static struct fake_event *g_events;
 static __thread struct fake_ctx *t_cur;
+
+static void drain_all_legacy(void);
+static void drain_legacy(struct fake_ctx *ctx);
 
 /* Events have their own lock: workers complete them without g_mu. */
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -575,7 +595,10 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 		r = CUDA_ERROR_INVALID_CONTEXT;
 	else
 		g_ctx[d].refs--;
+	int gone = r == CUDA_SUCCESS && g_ctx[d].refs == 0;
 	pthread_mutex_unlock(&g_mu);
+	if (gone) /* the context is destroyed: its work completes first */
+		drain_legacy(&g_ctx[d]);
 	return r;
 }
 
@@ -659,6 +682,7 @@ API CUresult cuMemFree_v2(CUdeviceptr d) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
+	drain_all_legacy();
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_dev(d);
 	if (!x || x->dptr != d || (x->kind != K_DEVICE && x->kind != K_MANAGED)) {
@@ -716,6 +740,7 @@ API CUresult cuMemFreeHost(void *p) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
+	drain_all_legacy();
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_host((uintptr_t)p);
 	if (!x || x->kind != K_HOSTALLOC || x->host != (uintptr_t)p) {
@@ -755,6 +780,7 @@ API CUresult cuMemHostUnregister(void *p) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
+	drain_all_legacy();
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_host((uintptr_t)p);
 	if (!x || x->kind != K_REGISTERED || x->host != (uintptr_t)p)
@@ -863,6 +889,25 @@ static void ev_complete(struct fake_event *e, unsigned long long seq) {
 	pthread_mutex_unlock(&ev_mu);
 }
 
+/* wait_due: a legacy stream's copy runs FAKECUDA_LEGACY_DELAY_US (default
+   20000) after it reaches the head, or at once when a thread waits for the
+   stream (a synchronous copy, cuStreamSynchronize): the real driver promises
+   nothing about when, only the order. Called and returns with s->mu held. */
+static void wait_due(struct fake_stream *s) {
+	long us = env_long("FAKECUDA_LEGACY_DELAY_US", 20000);
+	struct timespec due;
+	clock_gettime(CLOCK_REALTIME, &due);
+	due.tv_sec += us / 1000000;
+	due.tv_nsec += (us % 1000000) * 1000;
+	if (due.tv_nsec >= 1000000000) {
+		due.tv_sec++;
+		due.tv_nsec -= 1000000000;
+	}
+	while (!s->hurry && !s->quit)
+		if (pthread_cond_timedwait(&s->cv, &s->mu, &due) == ETIMEDOUT)
+			break;
+}
+
 static void *worker(void *arg) {
 	struct fake_stream *s = arg;
 	long delay = env_long("FAKECUDA_COPY_DELAY_US", 200);
@@ -873,10 +918,10 @@ static void *worker(void *arg) {
 		if (!s->head)
 			break;
 		struct op *o = s->head;
-		s->head = o->next;
-		if (!s->head)
-			s->tail = NULL;
 		if (o->ev) {
+			s->head = o->next;
+			if (!s->head)
+				s->tail = NULL;
 			/* Under the stream's lock: whoever sees the event complete
 			   also sees the stream without it. */
 			ev_complete(o->ev, o->seq);
@@ -885,9 +930,16 @@ static void *worker(void *arg) {
 			continue;
 		}
 		s->busy = 1;
+		if (s->legacy)
+			wait_due(s);
+		s->head = o->next;
+		if (!s->head)
+			s->tail = NULL;
 		pthread_mutex_unlock(&s->mu);
-		sleep_us(delay);
+		if (!s->legacy)
+			sleep_us(delay);
 		memmove(o->dst, o->src, o->n); /* the source is read only now */
+		free(o->owned);
 		free(o);
 		pthread_mutex_lock(&s->mu);
 		s->busy = 0;
@@ -899,9 +951,57 @@ static void *worker(void *arg) {
 
 static void stream_wait(struct fake_stream *s) {
 	pthread_mutex_lock(&s->mu);
+	s->hurry++;
+	pthread_cond_broadcast(&s->cv);
 	while (pending(s))
 		pthread_cond_wait(&s->cv, &s->mu);
+	s->hurry--;
 	pthread_mutex_unlock(&s->mu);
+}
+
+/* new_stream makes a stream with its worker; NULL when out of resources. */
+static struct fake_stream *new_stream(struct fake_ctx *ctx, unsigned flags, int legacy) {
+	struct fake_stream *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->ctx = ctx;
+	s->flags = flags;
+	s->legacy = legacy;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (pthread_create(&s->th, NULL, worker, s) != 0) {
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* legacy_of: the legacy default stream of ctx, made at first use. It is not
+   in g_streams (it is no handle the caller created) and lives as long as the
+   process, like the context's slot. */
+static struct fake_stream *legacy_of(struct fake_ctx *ctx) {
+	pthread_mutex_lock(&g_mu);
+	if (!ctx->legacy)
+		ctx->legacy = new_stream(ctx, 0, 1);
+	struct fake_stream *l = ctx->legacy;
+	pthread_mutex_unlock(&g_mu);
+	return l;
+}
+
+/* drain_legacy waits for the legacy stream of ctx, if it has one. */
+static void drain_legacy(struct fake_ctx *ctx) {
+	pthread_mutex_lock(&g_mu);
+	struct fake_stream *l = ctx ? ctx->legacy : NULL;
+	pthread_mutex_unlock(&g_mu);
+	if (l)
+		stream_wait(l);
+}
+
+/* drain_all_legacy: memory is about to be freed or unregistered; the driver
+   does not free memory that work it accepted still uses. */
+static void drain_all_legacy(void) {
+	for (int i = 0; i < g_ndev; i++)
+		drain_legacy(&g_ctx[i]);
 }
 
 /* live_stream: s is a stream handle this driver created and not destroyed. */
@@ -925,17 +1025,9 @@ API CUresult cuStreamCreate(CUstream *ps, unsigned int flags) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
-	struct fake_stream *s = calloc(1, sizeof *s);
+	struct fake_stream *s = new_stream(t_cur, flags, 0);
 	if (!s)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	s->ctx = t_cur;
-	s->flags = flags;
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	if (pthread_create(&s->th, NULL, worker, s) != 0) {
-		free(s);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
 	pthread_mutex_lock(&g_mu);
 	s->next = g_streams;
 	g_streams = s;
@@ -975,8 +1067,10 @@ API CUresult cuStreamSynchronize(CUstream s) {
 	ENTER("cuStreamSynchronize");
 	if (ready())
 		return ready();
-	if (is_null_stream(s))
+	if (is_null_stream(s)) {
+		drain_legacy(t_cur);
 		return CUDA_SUCCESS;
+	}
 	if (!live_stream(s))
 		return CUDA_ERROR_INVALID_HANDLE;
 	stream_wait(s);
@@ -987,8 +1081,15 @@ API CUresult cuStreamQuery(CUstream s) {
 	ENTER("cuStreamQuery");
 	if (ready())
 		return ready();
-	if (is_null_stream(s))
-		return CUDA_SUCCESS;
+	if (is_null_stream(s)) {
+		if (!t_cur || !t_cur->legacy)
+			return CUDA_SUCCESS;
+		s = t_cur->legacy;
+		pthread_mutex_lock(&s->mu);
+		int p = pending(s);
+		pthread_mutex_unlock(&s->mu);
+		return p ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+	}
 	if (!live_stream(s))
 		return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&s->mu);
@@ -1022,7 +1123,39 @@ static void legacy_sync(void) {
 		stream_wait(list[i]);
 }
 
-/* copy resolves both sides and performs the copy now (s NULL) or late. */
+static struct op *new_op(void *dst, const void *src, size_t n) {
+	struct op *o = calloc(1, sizeof *o);
+	if (o) {
+		o->dst = dst;
+		o->src = src;
+		o->n = n;
+	}
+	return o;
+}
+
+/* pinned_src: [p, p+n) is page-locked or managed host memory. */
+static int pinned_src(const void *p, size_t n) {
+	pthread_mutex_lock(&g_mu);
+	struct region *r = find_host((uintptr_t)p);
+	int ok = r && n <= r->size - ((uintptr_t)p - r->host);
+	pthread_mutex_unlock(&g_mu);
+	return ok;
+}
+
+/* copy resolves both sides and performs the copy as the "API synchronization
+   behavior" page of the driver documentation says:
+     async, on a stream        enqueued; the worker reads the source late
+                               (a blocking stream first waits for the
+                               legacy stream, a non-blocking one does not)
+     async, on the NULL stream enqueued on the context's legacy stream
+     sync host-to-device       the legacy stream is drained first; from
+                               pinned memory the copy is done on return,
+                               from pageable memory the source is staged and
+                               the DMA is left on the legacy stream
+     sync device-to-host       done on return (after the legacy stream)
+     sync device-to-device     no host-side synchronization: left on the
+                               legacy stream
+   The legacy stream also waits for the context's blocking streams. */
 static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, CUdeviceptr src_dev, size_t n,
 		     CUstream s, int async) {
 	CUresult r = need_ctx();
@@ -1041,20 +1174,42 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 		return r;
 	if (!dst || !src)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!async || is_null_stream(s)) {
-		legacy_sync();
-		memmove(dst, src, n);
+	if (async && !is_null_stream(s)) {
+		if (!live_stream(s))
+			return CUDA_ERROR_INVALID_HANDLE;
+		if (s->flags == 0)
+			drain_legacy(s->ctx);
+		struct op *o = new_op(dst, src, n);
+		if (!o)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		enqueue(s, o);
 		return CUDA_SUCCESS;
 	}
-	if (!live_stream(s))
-		return CUDA_ERROR_INVALID_HANDLE;
-	struct op *o = calloc(1, sizeof *o);
-	if (!o)
+	struct fake_stream *l = legacy_of(t_cur);
+	if (!l)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	o->dst = dst;
-	o->src = src;
-	o->n = n;
-	enqueue(s, o);
+	legacy_sync();
+	if (async || (!src_host && !dst_host)) { /* on the legacy stream, or device to device */
+		struct op *o = new_op(dst, src, n);
+		if (!o)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		enqueue(l, o);
+		return CUDA_SUCCESS;
+	}
+	stream_wait(l);
+	if (src_host && !pinned_src(src_host, n)) {
+		void *stage = malloc(n);
+		struct op *o = stage ? new_op(dst, stage, n) : NULL;
+		if (!o) {
+			free(stage);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(stage, src_host, n);
+		o->owned = stage;
+		enqueue(l, o);
+		return CUDA_SUCCESS;
+	}
+	memmove(dst, src, n);
 	return CUDA_SUCCESS;
 }
 
@@ -1122,18 +1277,19 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
 		return ready();
 	if (!is_null_stream(s) && !live_stream(s))
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (is_null_stream(s)) { /* recorded on the legacy stream, after its work */
+		CUresult r = need_ctx();
+		if (r)
+			return r;
+		if (!(s = legacy_of(t_cur)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	pthread_mutex_lock(&ev_mu);
 	if (!live_event(e)) {
 		pthread_mutex_unlock(&ev_mu);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	unsigned long long seq = ++e->recorded;
-	if (is_null_stream(s)) {
-		e->done = seq;
-		pthread_cond_broadcast(&ev_cv);
-		pthread_mutex_unlock(&ev_mu);
-		return CUDA_SUCCESS;
-	}
 	e->refs++;
 	pthread_mutex_unlock(&ev_mu);
 	struct op *o = calloc(1, sizeof *o);

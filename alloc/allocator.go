@@ -62,9 +62,9 @@ type Allocator struct {
 	fb *Allocator // where a failed allocation goes next; nil = nowhere
 
 	align     uintptr // max(trait, 16)
+	plain     bool    // a host heap with no pool: alloc's fast path applies
 	poolUsed  atomic.Int64
 	shards    shards
-	peak      atomic.Int64
 	destroyed atomic.Bool
 }
 
@@ -94,6 +94,17 @@ var (
 // Lookup returns the live allocator with handle h. The null handle resolves
 // to the default allocator.
 func Lookup(h Handle) (*Allocator, bool) {
+	// Small enough to inline: the common case is a live allocator in an
+	// initialised table.
+	if t := table.Load(); t != nil && h != NullHandle && uintptr(h) < uintptr(len(*t)) {
+		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
+			return a, true
+		}
+	}
+	return lookupSlow(h)
+}
+
+func lookupSlow(h Handle) (*Allocator, bool) {
 	initOnce.Do(initPredefined)
 	if h == NullHandle {
 		return Default(), true
@@ -127,6 +138,7 @@ func install(h Handle, a *Allocator) {
 	}
 	t[h] = a
 	table.Store(&t)
+	heap.SetTally(uint32(h), a.shards.t) // heap.Free counts a's blocks there
 }
 
 func initPredefined() {
@@ -190,6 +202,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		a.heap = hostHeap()
 	}
 	a.name = fmt.Sprintf("allocator#%d(%v%s)", h, ms, pinnedSuffix(set.Pinned))
+	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0
 	return a, nil
 }
 

@@ -64,6 +64,14 @@ func checkAlign(al uintptr) error {
 }
 
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
+	if a.plain && size != 0 && !a.destroyed.Load() && !leakCheck.Load() {
+		// try, without what a plain host allocator does not need.
+		p, _, err := a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t)
+		if err == nil {
+			return cmem.Ptr(p), nil
+		}
+		return a.fallback(size, align, zero, fmt.Errorf("%v: %w", a, err), 0)
+	}
 	if size == 0 {
 		return nil, nil
 	}
@@ -95,7 +103,7 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 				ErrPoolExhausted, a, size, foot, used, a.traits.PoolSize)
 		}
 	}
-	p, f, err := a.heap.Alloc(size, al, uint32(a.handle), zero)
+	p, f, err := a.heap.AllocCounted(size, al, uint32(a.handle), zero, a.shards.t)
 	if err != nil {
 		a.poolUsed.Add(-foot)
 		return nil, fmt.Errorf("%v: %w", a, err)
@@ -103,7 +111,6 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	if foot > 0 && int64(f) != foot { // a reused huge region may be a little larger
 		a.poolUsed.Add(int64(f) - foot)
 	}
-	a.count(int64(size), int64(f))
 	if leakCheck.Load() {
 		leakRecordAlloc(a, cmem.Ptr(p), size)
 	}
@@ -160,7 +167,7 @@ func Free(p unsafe.Pointer) error {
 	if a == nil {
 		return nil // cannot happen: owners outlive their blocks
 	}
-	a.count(-int64(b.Size), -int64(b.Footprint))
+	// heap.Free counted the block out of a's tally.
 	if a.traits.PoolSize > 0 {
 		a.poolUsed.Add(-int64(b.Footprint))
 	}

@@ -1,10 +1,7 @@
 package alloc
 
 import (
-	"runtime"
-	"sync/atomic"
-
-	"github.com/ompalloc/ompalloc/internal/pcpu"
+	"github.com/ompalloc/ompalloc/internal/heap"
 )
 
 // Stats describes an allocator's use.
@@ -21,119 +18,41 @@ type Stats struct {
 	PinnedChunks  int
 }
 
-// shard is one P's counters. Only the goroutine pinned to the P writes it.
-type shard struct {
-	guard     pcpu.Guard
-	allocs    uint64
-	frees     uint64
-	bytes     int64
-	foot      int64
-	fallbacks uint64
-	mark      int64 // bytes when the peak was last sampled
-	_         [64]byte
-}
+// shards are the allocator's counters: a tally of the heap package, kept
+// per P, which the heap itself updates on Alloc and Free (the same pinned
+// section that takes or caches the block) and which is summed when read.
+type shards struct{ t *heap.Tally }
 
-type shards struct{ s atomic.Pointer[[]*shard] }
+func (ss *shards) init() { ss.t = heap.NewTally() }
 
-func (ss *shards) init() {
-	s := make([]*shard, runtime.GOMAXPROCS(0))
-	for i := range s {
-		s[i] = new(shard)
-	}
-	ss.s.Store(&s)
-}
-
-const peakStep = 64 << 10
-
-// add counts an allocation (n > 0) or a free (n < 0) of bytes/foot. It
-// reports whether the peak should be sampled.
+// count counts an allocation (bytes >= 0) or a free (bytes < 0) made
+// outside the heap (target memory).
 func (a *Allocator) count(bytes, foot int64) {
-	sample := false
-	pid := pcpu.Pin()
-	if s := *a.shards.s.Load(); pid < len(s) {
-		sh := s[pid]
-		sh.guard.Lock()
-		if bytes >= 0 {
-			sh.allocs++
-		} else {
-			sh.frees++
-		}
-		sh.bytes += bytes
-		sh.foot += foot
-		if sh.bytes > sh.mark+peakStep {
-			sh.mark = sh.bytes
-			sample = true
-		}
-		sh.guard.Unlock()
-		pcpu.Unpin()
+	if bytes >= 0 {
+		a.shards.t.CountAlloc(bytes, foot)
 	} else {
-		pcpu.Unpin()
-		a.shards.grow()
-		a.count(bytes, foot)
-		return
-	}
-	if sample {
-		a.samplePeak()
+		a.shards.t.CountFree(-bytes, -foot)
 	}
 }
 
-func (ss *shards) grow() {
-	old := *ss.s.Load()
-	n := runtime.GOMAXPROCS(0)
-	if n <= len(old) {
-		return
-	}
-	s := make([]*shard, n)
-	copy(s, old)
-	for i := len(old); i < n; i++ {
-		s[i] = new(shard)
-	}
-	ss.s.CompareAndSwap(&old, &s) // losing the race is fine: the winner grew it
-}
-
-func (a *Allocator) fallbackTaken() {
-	pid := pcpu.Pin()
-	if s := *a.shards.s.Load(); pid < len(s) {
-		s[pid].guard.Lock()
-		s[pid].fallbacks++
-		s[pid].guard.Unlock()
-	}
-	pcpu.Unpin()
-}
+func (a *Allocator) fallbackTaken() { a.shards.t.Fallback() }
 
 func (ss *shards) sum() (st Stats) {
-	for _, sh := range *ss.s.Load() {
-		pcpu.Pin() // guards are held only while pinned (see pcpu.Guard)
-		sh.guard.Lock()
-		st.Allocs += sh.allocs
-		st.Frees += sh.frees
-		st.BytesLive += sh.bytes
-		st.FootprintLive += sh.foot
-		st.Fallbacks += sh.fallbacks
-		sh.guard.Unlock()
-		pcpu.Unpin()
-	}
-	st.BlocksLive = int64(st.Allocs - st.Frees)
+	t := ss.t.Sum()
+	st.Allocs, st.Frees, st.BytesLive, st.FootprintLive, st.Fallbacks = t.Allocs, t.Frees, t.Bytes, t.Foot, t.Fallbacks
+	st.BlocksLive = t.Live()
 	return st
 }
 
-func (ss *shards) live() int64 { return ss.sum().BlocksLive }
+func (ss *shards) live() int64 { return ss.t.Sum().Live() }
 
-func (a *Allocator) samplePeak() {
-	b := a.shards.sum().BytesLive
-	for {
-		p := a.peak.Load()
-		if b <= p || a.peak.CompareAndSwap(p, b) {
-			return
-		}
-	}
-}
+func (a *Allocator) samplePeak() { a.shards.t.SamplePeak() }
 
 // Stats returns a snapshot of the allocator's counters.
 func (a *Allocator) Stats() Stats {
 	a.samplePeak()
 	st := a.shards.sum()
-	st.PeakBytes = a.peak.Load()
+	st.PeakBytes = a.shards.t.Peak()
 	st.PoolSize = a.traits.PoolSize
 	st.PoolUsed = a.poolUsed.Load()
 	if a.traits.Pinned && a.heap != nil {

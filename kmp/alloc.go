@@ -70,7 +70,13 @@ func resolve(fn string, a AllocatorHandle) *alloc.Allocator {
 // report warns about bad input; allocation failures that the fallback trait
 // turned into nil are not warned about, as in libomp.
 func report(fn string, err error) {
-	if err == nil || errors.Is(err, alloc.ErrPoolExhausted) || errors.Is(err, alloc.ErrOutOfMemory) ||
+	if err != nil {
+		reportErr(fn, err)
+	}
+}
+
+func reportErr(fn string, err error) {
+	if errors.Is(err, alloc.ErrPoolExhausted) || errors.Is(err, alloc.ErrOutOfMemory) ||
 		errors.Is(err, alloc.ErrPinFailed) {
 		return
 	}

@@ -10,13 +10,19 @@ const (
 	hdrSize    = 16
 	maxSmall   = 32 << 10 // largest slot size
 	numClasses = 8 + 4*8  // 16..128, then 4 per doubling up to 32 KiB
+	divShift   = 40       // exact for offsets below 2^40/32 KiB = 32 MiB
 )
 
 var (
 	classSize  [numClasses]uintptr
 	classPages [numClasses]uintptr // pages per span of the class
 	classCap   [numClasses]int32   // per-P cache capacity (slots)
-	smallIndex [maxSmall/minAlign + 1]uint8
+	// classDivMul[c] turns a division by classSize[c] into a multiply:
+	// o/size == o*m>>divShift for every offset o within a span of the class
+	// (checked by TestClassDivMul); a divide costs several times more on
+	// Free's path.
+	classDivMul [numClasses]uint64
+	smallIndex  [maxSmall/minAlign + 1]uint8
 )
 
 func init() {
@@ -46,6 +52,7 @@ func init() {
 		pages := (8*s + pageSize - 1) / pageSize // at least 8 slots per span
 		classPages[c] = pages
 		classCap[c] = int32(min(256, max(8, 32<<10/s)))
+		classDivMul[c] = uint64((1<<divShift + s - 1) / s)
 	}
 }
 
@@ -57,7 +64,7 @@ func classFor(need, align uintptr) int {
 	}
 	c := int(smallIndex[(need+minAlign-1)/minAlign])
 	for ; c < numClasses; c++ {
-		if classSize[c]%align == 0 {
+		if classSize[c]&(align-1) == 0 { // a mask, not %: align is a variable, and a divide is slow
 			return c
 		}
 	}

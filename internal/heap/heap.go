@@ -98,6 +98,7 @@ type span struct {
 	size   uintptr // slot size (small) or footprint (large)
 
 	// small spans
+	divMul        uint64  // slot index of an offset o: o*divMul>>divShift (o/size without a divide)
 	nslots, nfree uint32  // nfree: slots neither handed out nor cached
 	fresh         uintptr // next never-used slot when the free list is empty
 	free          uintptr // central free list
@@ -192,6 +193,13 @@ func New(src Source, cfg Config) *Heap {
 // with owner recorded for Free. zero asks for zeroed memory. footprint is
 // what the block occupies, for quotas.
 func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint uintptr, err error) {
+	return h.AllocCounted(size, align, owner, zero, nil)
+}
+
+// AllocCounted is Alloc that also counts the block in t (nil: nowhere);
+// Free counts it out of the tally registered for owner (SetTally). The
+// common case is one pinned section: pop a cached slot, count it.
+func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, err error) {
 	if align < minAlign {
 		align = minAlign
 	}
@@ -199,22 +207,51 @@ func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint
 		return 0, 0, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
 	}
 	off := max(hdrSize, align)
-	if c := classFor(max(size, 1)+off, align); c >= 0 {
-		slot, err := h.allocSlot(c)
-		if err != nil {
+	c := classFor(max(size, 1)+off, align)
+	if c < 0 {
+		p, footprint, err = h.allocLarge(size, align, owner, zero)
+		if err == nil && t != nil {
+			t.CountAlloc(int64(size), int64(footprint))
+		}
+		return p, footprint, err
+	}
+	footprint = classSize[c]
+	var slot uintptr
+	counted, sample := false, false
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		if slot = l.head; slot != 0 {
+			l.head = link(slot)
+			l.n--
+			if t != nil {
+				counted, sample = t.countPinned(pid, true, int64(size), int64(footprint))
+			}
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	if slot == 0 {
+		if slot, err = h.refill(c); err != nil {
 			return 0, 0, err
 		}
-		p = slot + off
-		hd := hdr(p)
-		// A plain store: the block is not yet shared, and whoever frees it
-		// later learns of it through the program's own synchronisation.
-		hd.owner, hd.size, hd.off, hd.magic = owner, uint32(size), uint32(off), magicLive
-		if zero {
-			cmem.Zero(p, size)
-		}
-		return p, classSize[c], nil
 	}
-	return h.allocLarge(size, align, owner, zero)
+	if t != nil && !counted {
+		t.CountAlloc(int64(size), int64(footprint))
+	} else if sample {
+		t.SamplePeak()
+	}
+	p = slot + off
+	// Plain stores: the block is not yet shared, and whoever frees it later
+	// learns of it through the program's own synchronisation.
+	hd := hdr(p)
+	hd.owner, hd.size, hd.off, hd.magic = owner, uint32(size), uint32(off), magicLive
+	if zero {
+		cmem.Zero(p, size)
+	}
+	return p, footprint, nil
 }
 
 // Free releases the block at p, whichever heap it came from. Foreign and
@@ -244,7 +281,7 @@ func Free(p uintptr) (Block, error) {
 	if !atomic.CompareAndSwapUint32(&hd.magic, magicLive, magicFree) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 	}
-	h.freeSlot(s.class, slot)
+	h.freeSlot(s.class, slot, b)
 	return b, nil
 }
 

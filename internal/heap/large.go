@@ -220,6 +220,9 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
+	if t := tallyOf(b.Owner); t != nil {
+		t.CountFree(int64(b.Size), int64(b.Footprint))
+	}
 	if ch.huge == nil && h.cacheSpan(s) {
 		return b, nil
 	}

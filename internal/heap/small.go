@@ -11,22 +11,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
-func (h *Heap) allocSlot(c int) (uintptr, error) {
-	if pc := h.cacheOf(pcpu.Pin()); pc != nil {
-		l := &pc.lists[c]
-		if s := l.head; s != 0 {
-			l.head = link(s)
-			l.n--
-			pc.unpin()
-			return s, nil
-		}
-		pc.unpin()
-	} else {
-		pcpu.Unpin()
-	}
-	return h.refill(c)
-}
-
 // refill takes a batch of slots from the central lists, returns one and
 // caches the rest on the current P.
 func (h *Heap) refill(c int) (uintptr, error) {
@@ -116,7 +100,7 @@ func (h *Heap) newSmallSpan(c int) (*span, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c]}
+	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c], divMul: classDivMul[c]}
 	s.nslots = uint32(np * pageSize / s.size)
 	s.nfree = s.nslots
 	s.fresh = s.base
@@ -180,8 +164,8 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	rel := uint32(p - s.base)
-	slot = s.base + uintptr(rel/uint32(s.size))*s.size
+	rel := uint64(p - s.base) // < 256 KiB: p is in one of the span's pages
+	slot = s.base + uintptr(rel*s.divMul>>divShift)*s.size
 	off := p - slot
 	if off < hdrSize {
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
@@ -213,22 +197,39 @@ func liveBefore(slot, p uintptr) bool {
 	return false
 }
 
-func (h *Heap) freeSlot(c int, slot uintptr) {
-	pc := h.cacheOf(pcpu.Pin())
-	if pc == nil {
+// freeSlot puts a freed slot in the current P's cache and counts b out of
+// its owner's tally, in one pinned section.
+func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
+	t := tallyOf(b.Owner)
+	pid := pcpu.Pin()
+	cs := *h.caches.Load()
+	if pid >= len(cs) {
 		pcpu.Unpin()
 		h.mu.Lock()
 		setLink(slot, 0)
 		h.returnList(slot)
 		h.mu.Unlock()
+		if t != nil {
+			t.CountFree(int64(b.Size), int64(b.Footprint))
+		}
 		return
+	}
+	pc := cs[pid]
+	pc.guard.Lock()
+	counted := t == nil
+	if !counted {
+		counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
 	}
 	l := &pc.lists[c]
 	setLink(slot, l.head)
 	l.head = slot
 	l.n++
 	if l.n <= classCap[c] {
-		pc.unpin()
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		if !counted {
+			t.CountFree(int64(b.Size), int64(b.Footprint))
+		}
 		return
 	}
 	// Over capacity: hand half back to the central lists.
@@ -240,7 +241,11 @@ func (h *Heap) freeSlot(c int, slot uintptr) {
 	l.head = link(tail)
 	l.n -= k
 	setLink(tail, 0)
-	pc.unpin()
+	pc.guard.Unlock()
+	pcpu.Unpin()
+	if !counted {
+		t.CountFree(int64(b.Size), int64(b.Footprint))
+	}
 	h.mu.Lock()
 	h.returnList(head)
 	h.mu.Unlock()

@@ -1,0 +1,228 @@
+package heap
+
+// Per-owner counters, kept per P and summed when read. They live here, not
+// in the allocator, so that Alloc and Free count a block inside the same
+// pinned section that takes it from or gives it to the P's cache: one pin
+// per operation, not two. Free learns the owner only from the block, so
+// owners register their tally under their id.
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+)
+
+// Tally is one owner's counters: one shard per P, written only by the
+// goroutine pinned to that P, summed by Sum.
+type Tally struct {
+	shards atomic.Pointer[[]*tallyShard]
+	peak   atomic.Int64
+}
+
+// tallyShard is padded to 128 bytes, a Go size class whose objects are
+// 128-byte aligned, so two Ps never write the same line, nor the adjacent
+// pair of lines the prefetcher fetches together.
+type tallyShard struct {
+	guard     pcpu.Guard
+	allocs    uint64
+	frees     uint64
+	bytes     int64
+	foot      int64
+	fallbacks uint64
+	mark      int64 // bytes when the peak was last sampled
+	_         [128 - 6*8 - unsafe.Sizeof(pcpu.Guard{})]byte
+}
+
+// PeakStep is how much a P's live bytes grow between two samples of the
+// peak.
+const PeakStep = 64 << 10
+
+// TallySum is a Tally's counters summed over every P.
+type TallySum struct {
+	Allocs, Frees uint64
+	Bytes, Foot   int64 // requested bytes and footprint of live blocks
+	Fallbacks     uint64
+}
+
+// Live returns the number of live blocks.
+func (s TallySum) Live() int64 { return int64(s.Allocs - s.Frees) }
+
+// NewTally returns a tally with one shard per P.
+func NewTally() *Tally {
+	t := new(Tally)
+	s := make([]*tallyShard, runtime.GOMAXPROCS(0))
+	for i := range s {
+		s[i] = new(tallyShard)
+	}
+	t.shards.Store(&s)
+	return t
+}
+
+// countPinned counts an allocation or a free on P pid; the caller is pinned
+// to it. It reports false when the P
+// has no shard yet (GOMAXPROCS grew): the caller then counts with Count,
+// unpinned. sample says the peak should be sampled (after unpinning).
+func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample bool) {
+	s := *t.shards.Load()
+	if pid >= len(s) {
+		return false, false
+	}
+	sh := s[pid]
+	sh.guard.Lock()
+	if alloc {
+		sh.allocs++
+		sh.bytes += bytes
+		sh.foot += foot
+		if sh.bytes > sh.mark+PeakStep {
+			sh.mark = sh.bytes
+			sample = true
+		}
+	} else {
+		sh.frees++
+		sh.bytes -= bytes
+		sh.foot -= foot
+	}
+	sh.guard.Unlock()
+	return true, sample
+}
+
+// count counts an allocation or a free from unpinned code.
+func (t *Tally) count(alloc bool, bytes, foot int64) {
+	for {
+		ok, sample := t.countPinned(pcpu.Pin(), alloc, bytes, foot)
+		pcpu.Unpin()
+		if ok {
+			if sample {
+				t.SamplePeak()
+			}
+			return
+		}
+		t.grow()
+	}
+}
+
+// CountAlloc counts an allocation of bytes occupying foot made outside the
+// heap (device memory).
+func (t *Tally) CountAlloc(bytes, foot int64) { t.count(true, bytes, foot) }
+
+// CountFree counts the free of a block counted with CountAlloc.
+func (t *Tally) CountFree(bytes, foot int64) { t.count(false, bytes, foot) }
+
+// Resize counts a live block's requested size changing from old to size in
+// place (its footprint does not change).
+func (t *Tally) Resize(old, size int64) {
+	for {
+		pid := pcpu.Pin()
+		if s := *t.shards.Load(); pid < len(s) {
+			sh := s[pid]
+			sh.guard.Lock()
+			sh.bytes += size - old
+			sample := sh.bytes > sh.mark+PeakStep
+			if sample {
+				sh.mark = sh.bytes
+			}
+			sh.guard.Unlock()
+			pcpu.Unpin()
+			if sample {
+				t.SamplePeak()
+			}
+			return
+		}
+		pcpu.Unpin()
+		t.grow()
+	}
+}
+
+// Fallback counts an allocation that went to the fallback.
+func (t *Tally) Fallback() {
+	for {
+		pid := pcpu.Pin()
+		if s := *t.shards.Load(); pid < len(s) {
+			s[pid].guard.Lock()
+			s[pid].fallbacks++
+			s[pid].guard.Unlock()
+			pcpu.Unpin()
+			return
+		}
+		pcpu.Unpin()
+		t.grow()
+	}
+}
+
+func (t *Tally) grow() {
+	old := t.shards.Load()
+	n := max(runtime.GOMAXPROCS(0), len(*old)+1) // +1: never spin, whatever the P index was
+	s := make([]*tallyShard, n)
+	copy(s, *old) // the shards themselves stay: no count is lost
+	for i := len(*old); i < n; i++ {
+		s[i] = new(tallyShard)
+	}
+	t.shards.CompareAndSwap(old, &s) // losing the race is fine: the winner grew it
+}
+
+// Sum returns the counters summed over every P.
+func (t *Tally) Sum() (st TallySum) {
+	for i, s := 0, *t.shards.Load(); i < len(s); i++ {
+		sh := s[i]
+		pcpu.Pin() // guards are held only while pinned (see pcpu.Guard)
+		sh.guard.Lock()
+		st.Allocs += sh.allocs
+		st.Frees += sh.frees
+		st.Bytes += sh.bytes
+		st.Foot += sh.foot
+		st.Fallbacks += sh.fallbacks
+		sh.guard.Unlock()
+		pcpu.Unpin()
+	}
+	return st
+}
+
+// SamplePeak raises the peak to the live bytes now.
+func (t *Tally) SamplePeak() {
+	b := t.Sum().Bytes
+	for {
+		p := t.peak.Load()
+		if b <= p || t.peak.CompareAndSwap(p, b) {
+			return
+		}
+	}
+}
+
+// Peak returns the highest live bytes sampled.
+func (t *Tally) Peak() int64 { return t.peak.Load() }
+
+// The tallies of the owners, indexed by owner id; read without locks.
+var (
+	talliesMu sync.Mutex
+	tallies   atomic.Pointer[[]*Tally]
+)
+
+// SetTally makes Free count the blocks of owner in t (nil: count nowhere).
+// An owner registers before it allocates.
+func SetTally(owner uint32, t *Tally) {
+	talliesMu.Lock()
+	defer talliesMu.Unlock()
+	var old []*Tally
+	if p := tallies.Load(); p != nil {
+		old = *p
+	}
+	ts := old
+	if int(owner) >= len(ts) {
+		ts = make([]*Tally, max(int(owner)+1, 2*len(old), 64))
+		copy(ts, old)
+	} else {
+		ts = append([]*Tally(nil), old...)
+	}
+	ts[owner] = t
+	tallies.Store(&ts)
+}
+
+func tallyOf(owner uint32) *Tally {
+	if p := tallies.Load(); p != nil && int(owner) < len(*p) {
+		return (*p)[owner]
+	}
+	return nil
+}

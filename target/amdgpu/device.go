@@ -29,16 +29,17 @@ type device struct {
 	mu     sync.Mutex
 	closed bool
 	allocs map[uintptr]plugin.MemKind
-	locks  map[uintptr][]uintptr // LockHost start → sizes, most recent last
-	temp   map[uintptr]int       // start of a lock Copy took for transfers in flight → how many
+	tab    *lockTable            // the plugin's locks, shared by its devices
+	locks  map[uintptr][]uintptr // LockHost start → the lock table entry it referenced, most recent last
 	queues map[*queue]struct{}
 }
 
 func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools agentPools, host *pool) (*device, error) {
 	d := &device{
 		fn: &p.fn, index: index, agent: agent, cpu: cpu, gpus: gpus, pools: pools, host: host,
+		tab:    &p.locks,
 		allocs: map[uintptr]plugin.MemKind{}, locks: map[uintptr][]uintptr{},
-		temp: map[uintptr]int{}, queues: map[*queue]struct{}{},
+		queues: map[*queue]struct{}{},
 	}
 	var name, product [agentNameSize]byte
 	if err := p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), agentInfoName, uintptr(unsafe.Pointer(&name))); err != nil {
@@ -120,8 +121,10 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 	return nil
 }
 
-// LockHost locks [p, p+n) for this GPU and returns the agent pointer, the
-// address the GPU uses for p.
+// LockHost locks [p, p+n) for the GPUs and returns the agent pointer, the
+// address the GPU uses for p. A range inside one the plugin already locked
+// (for any of its devices, or for a transfer in flight) only adds a
+// reference to that lock.
 func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return 0, d.errorf(ErrInvalid, "lock %#x+%d", p, n)
@@ -131,60 +134,63 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if d.closed {
 		return 0, d.errorf(ErrClosed, "lock")
 	}
-	dev, err := d.lockLocked(p, n)
+	dev, base, err := d.tab.acquire(d.fn, d.gpus, p, n)
 	if err != nil {
 		return 0, d.errorf(err, "lock %#x+%d", p, n)
 	}
-	d.locks[p] = append(d.locks[p], n)
+	d.locks[p] = append(d.locks[p], base)
 	return dev, nil
 }
 
+// lockLocked locks [p, p+n) for this GPU only, behind the plugin's back (as
+// a user calling the runtime would; tests use it).
 func (d *device) lockLocked(p, n uintptr) (uintptr, error) {
-	agent := d.agent
-	var dev uintptr
-	err := d.fn.status("hsa_amd_memory_lock", d.fn.memLock, p, n, uintptr(unsafe.Pointer(&agent)), 1, uintptr(unsafe.Pointer(&dev)))
-	return dev, err
+	return d.fn.lockFor([]uint64{d.agent}, p, n)
 }
 
 // UnlockHost releases the most recent LockHost at p.
 func (d *device) UnlockHost(p uintptr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sizes := d.locks[p]
-	if len(sizes) == 0 {
+	bases := d.locks[p]
+	if len(bases) == 0 {
 		return d.errorf(ErrNotLocked, "unlock %#x", p)
 	}
-	if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, p); err != nil {
+	if err := d.tab.release(d.fn, bases[len(bases)-1]); err != nil {
 		return d.errorf(err, "unlock %#x", p)
 	}
-	if len(sizes) == 1 {
+	if len(bases) == 1 {
 		delete(d.locks, p)
 	} else {
-		d.locks[p] = sizes[:len(sizes)-1]
+		d.locks[p] = bases[:len(bases)-1]
 	}
 	return nil
 }
 
-// ExternalLock asks the runtime whether [p, p+n) lies in memory locked with
-// hsa_amd_memory_lock by someone other than this device. A runtime without
-// hsa_amd_pointer_info cannot tell: it answers no.
+// ExternalLock reports whether [p, p+n) lies in memory the GPU can already
+// reach without a lock of ours: memory locked with hsa_amd_memory_lock by
+// someone else (HSA_EXT_POINTER_TYPE_LOCKED). A range the plugin
+// locked itself is not external: LockHost adds a reference to it. A runtime
+// without hsa_amd_pointer_info, or one that locks through SVM (where locked
+// memory reads as UNKNOWN), cannot tell of locks made outside the plugin.
 func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return pinned.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	if d.tab.contains(p) {
+		return pinned.External{}, false, nil
+	}
 	info, err := d.pointerInfo(p)
-	if err != nil || info.Type != pointerTypeLocked {
+	if err != nil {
 		return pinned.External{}, false, err
 	}
-	if _, ours := d.locks[info.HostBase]; ours {
+	var ext pinned.External
+	switch {
+	case info.Type == pointerTypeLocked:
+		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
+	default:
 		return pinned.External{}, false, nil
 	}
-	if d.temp[info.HostBase] > 0 {
-		return pinned.External{}, false, nil
-	}
-	ext := pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
 	if inside := p >= ext.Host && p-ext.Host < ext.Size && n <= ext.Size-(p-ext.Host); !inside {
 		return ext, false, d.errorf(ErrPartialExternalLock, "%#x+%d against [%#x, +%d)", p, n, ext.Host, ext.Size)
 	}
@@ -204,67 +210,65 @@ func (d *device) pointerInfo(p uintptr) (pointerInfo, error) {
 	return info, nil
 }
 
-// reach returns the address this GPU uses for host range [p, p+n), and the
-// start of a lock taken just for the transfer (0 when none) that the caller
-// releases once the copy completed.
-func (d *device) reach(p, n uintptr) (addr, temp uintptr, err error) {
+// reach splits host range [p, p+n) into pieces and gives the address this
+// GPU uses for each, and the references on the plugin's locks the copy
+// holds until it completed (the caller releases them). A range the plugin
+// locked is found in its lock table, with the agent pointer from lock time,
+// without asking the runtime; a copy may start inside such a range and run
+// past its end. What lies outside is asked of the runtime: memory locked
+// outside the plugin or from an HSA pool is used as it is; pageable memory
+// is locked for the transfer (shared with other transfers in flight).
+func (d *device) reach(p, n uintptr) ([]piece, []uintptr, error) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return 0, 0, d.errorf(ErrClosed, "copy")
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, nil, d.errorf(ErrClosed, "copy")
 	}
-	info, err := d.pointerInfo(p)
+	ps, refs, err := d.tab.pieces(d.fn, d.gpus, p, n, d.gap)
 	if err != nil {
-		return 0, 0, err
+		return nil, nil, errors.Join(err, d.tab.releaseAll(d.fn, refs))
+	}
+	return ps, refs, nil
+}
+
+// gap answers for host range [q, end), which holds no lock of the plugin at
+// q: how much of it the GPU reaches at which address, and whether that is a
+// lock just taken for the transfer.
+func (d *device) gap(q, end uintptr) (piece, bool, error) {
+	info, err := d.pointerInfo(q)
+	if err != nil {
+		return piece{}, false, err
 	}
 	switch info.Type {
 	case pointerTypeLocked:
-		if p >= info.HostBase && p-info.HostBase < info.SizeInBytes {
-			if n > info.SizeInBytes-(p-info.HostBase) {
-				return 0, 0, d.errorf(ErrPartialExternalLock, "copy of %#x+%d against locked [%#x, +%d)", p, n, info.HostBase, info.SizeInBytes)
-			}
-			if d.temp[info.HostBase] > 0 {
-				// Another transfer's lock: it must outlive this copy too.
-				d.temp[info.HostBase]++
-				temp = info.HostBase
-			}
-			return info.AgentBase + (p - info.HostBase), temp, nil
+		if q >= info.HostBase && q-info.HostBase < info.SizeInBytes {
+			k := min(end-q, info.SizeInBytes-(q-info.HostBase))
+			return piece{n: k, addr: info.AgentBase + (q - info.HostBase)}, false, nil
 		}
-		return p, 0, nil // already the agent pointer
+		return piece{n: end - q, addr: q}, false, nil // already the agent pointer
 	case pointerTypeHSA:
-		return p, 0, nil
+		if q >= info.AgentBase && q-info.AgentBase < info.SizeInBytes {
+			return piece{n: min(end-q, info.SizeInBytes-(q-info.AgentBase)), addr: q}, false, nil
+		}
+		return piece{n: end - q, addr: q}, false, nil
 	}
 	if d.fn.pointerInfo == 0 {
-		return p, 0, nil // cannot tell; trust the caller
+		return piece{n: end - q, addr: q}, false, nil // cannot tell; trust the caller
 	}
-	dev, err := d.lockLocked(p, n)
+	dev, err := d.fn.lockFor(d.gpus, q, end-q)
 	if err != nil {
-		return 0, 0, d.errorf(err, "lock of pageable %#x+%d for a copy", p, n)
+		return piece{}, false, d.errorf(err, "lock of pageable %#x+%d for a copy", q, end-q)
 	}
-	d.temp[p]++
-	return dev, p, nil
+	return piece{n: end - q, addr: dev}, true, nil
 }
 
-// release drops a transfer's reference to a lock reach took; the last one
-// unlocks.
-func (d *device) release(temp uintptr) error {
-	if temp == 0 {
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.temp[temp]--; d.temp[temp] > 0 {
-		return nil
-	}
-	delete(d.temp, temp)
-	if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, temp); err != nil {
-		return d.errorf(err, "unlock after copy %#x", temp)
-	}
-	return nil
-}
+// span is one hsa_amd_memory_async_copy.
+type span struct{ dst, src, n uintptr }
 
-// Copy copies n bytes with hsa_amd_memory_async_copy; with q == nil it waits
-// for the copy. Host to host is a memmove, after q's earlier work.
+// Copy copies n bytes with hsa_amd_memory_async_copy, one copy per piece of
+// the host range (see reach); with q == nil it waits for the copy. Host to
+// host is a memmove, after q's earlier work.
 func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
 	if n == 0 {
 		return nil
@@ -279,8 +283,8 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 			return d.errorf(ErrForeignQueue, "copy %s", dir)
 		}
 	}
-	var temp uintptr
-	var err error
+	var spans []span
+	var refs []uintptr
 	switch dir {
 	case plugin.HostToHost:
 		if dq != nil {
@@ -290,37 +294,48 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		}
 		cmem.Copy(dst, src, n)
 		return nil
-	case plugin.HostToDevice:
-		src, temp, err = d.reach(src, n)
-	case plugin.DeviceToHost:
-		dst, temp, err = d.reach(dst, n)
+	case plugin.HostToDevice, plugin.DeviceToHost:
+		host := src
+		if dir == plugin.DeviceToHost {
+			host = dst
+		}
+		ps, rs, err := d.reach(host, n)
+		if err != nil {
+			return err
+		}
+		refs = rs
+		for _, pc := range ps {
+			if dir == plugin.HostToDevice {
+				spans = append(spans, span{dst: dst + pc.off, src: pc.addr, n: pc.n})
+			} else {
+				spans = append(spans, span{dst: pc.addr, src: src + pc.off, n: pc.n})
+			}
+		}
 	case plugin.DeviceToDevice:
 		d.mu.Lock()
-		if d.closed {
-			err = d.errorf(ErrClosed, "copy")
-		}
+		closed := d.closed
 		d.mu.Unlock()
+		if closed {
+			return d.errorf(ErrClosed, "copy")
+		}
+		spans = []span{{dst: dst, src: src, n: n}}
 	default:
-		err = d.errorf(ErrInvalid, "copy in direction %d", dir)
-	}
-	if err != nil {
-		return err
+		return d.errorf(ErrInvalid, "copy in direction %d", dir)
 	}
 	if dq != nil {
-		if err := dq.submit(dst, src, n, temp); err != nil {
-			return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.release(temp))
+		if err := dq.submit(spans, refs); err != nil {
+			return d.errorf(err, "copy %s of %d bytes", dir, n)
 		}
 		return nil
 	}
-	sig, err := d.fn.newSignal()
+	// Synchronous: a chain of its own, waited for. Pieces submitted before
+	// a failure are waited for too: their memory must not go while read.
+	own := &queue{d: d}
+	err := own.submit(spans, refs)
 	if err != nil {
-		return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.release(temp))
+		err = d.errorf(err, "copy %s of %d bytes", dir, n)
 	}
-	if err := d.fn.asyncCopy(dst, src, n, d.agent, 0, sig); err != nil {
-		return errors.Join(d.errorf(err, "copy %s of %d bytes", dir, n), d.fn.destroySignal(sig), d.release(temp))
-	}
-	d.fn.waitZero(sig)
-	return errors.Join(d.fn.destroySignal(sig), d.release(temp))
+	return errors.Join(err, own.Synchronize())
 }
 
 // NewQueue creates an in-order queue: a chain of completion signals.
@@ -361,9 +376,9 @@ func (d *device) Close() error {
 		}
 		delete(d.allocs, p)
 	}
-	for p, sizes := range d.locks {
-		for range sizes {
-			if err := d.fn.status("hsa_amd_memory_unlock", d.fn.memUnlock, p); err != nil {
+	for p, bases := range d.locks {
+		for _, b := range bases {
+			if err := d.tab.release(d.fn, b); err != nil {
 				errs = append(errs, d.errorf(err, "unlock %#x", p))
 			}
 		}

@@ -14,14 +14,25 @@
 //   - MemShared the same as MemHost, as LLVM's AMDGPU plugin does for
 //     TARGET_ALLOC_SHARED: fine-grained system memory is coherent between
 //     host and GPU, and AMD has no managed memory that migrates like CUDA's;
-//   - LockHost = hsa_amd_memory_lock for the GPU's agent, returning the agent
-//     pointer; UnlockHost = hsa_amd_memory_unlock; ExternalLock asks
-//     hsa_amd_pointer_info whether a range was locked by someone else;
+//   - LockHost = hsa_amd_memory_lock for every GPU agent (as LLVM locks with
+//     no agent list), returning the agent pointer; UnlockHost =
+//     hsa_amd_memory_unlock. The plugin keeps every range it locked, with
+//     the agent pointer from lock time, in one table for all its devices: a
+//     lock inside a range already locked (by another device, or for a
+//     transfer) adds a reference, and the last reference unlocks. It never
+//     asks the runtime again about its own locks, because where libhsakmt
+//     locks through the KFD SVM API (current GPUs, unless HSA_USE_SVM=0)
+//     hsa_amd_pointer_info answers HSA_EXT_POINTER_TYPE_UNKNOWN for locked
+//     memory. ExternalLock asks hsa_amd_pointer_info whether a range was
+//     locked by someone else (with SVM it cannot tell);
 //   - copies with hsa_amd_memory_async_copy, completion signals and, on a
 //     queue, each copy depending on the previous one's signal. The host side
-//     of a copy must be memory the GPU can reach: locked or pool memory is
-//     used as is (a locked host pointer is translated to its agent pointer);
-//     pageable memory is locked for the duration of the copy.
+//     of a copy must be memory the GPU can reach: ranges in the lock table
+//     use their agent pointer from lock time; locked or pool memory the
+//     runtime describes is used as is; pageable memory is locked for the
+//     duration of the copy (a lock that copies in flight share). Every copy
+//     holds a reference on the locks it reads, so an unlock while it is in
+//     flight takes effect when it completed.
 //
 // A missing library, a disabled one (OMPALLOC_DISABLE_HSA=1) or a failing
 // hsa_init (HSA_STATUS_ERROR_OUT_OF_RESOURCES without /dev/kfd) leave the

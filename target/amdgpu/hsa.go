@@ -156,6 +156,9 @@ var (
 	// ErrPartialExternalLock: a range that starts in memory locked outside
 	// this runtime but runs past its end.
 	ErrPartialExternalLock = errors.New("range runs past an externally locked region")
+	// ErrOverlap: a lock of a range that overlaps a range the plugin locked
+	// without lying inside it.
+	ErrOverlap = errors.New("overlaps a locked range")
 )
 
 // syms are the runtime's entry points. All are in ROCm's libhsa-runtime64

@@ -37,6 +37,8 @@ type Plugin struct {
 	initName string
 	err      error
 	devices  []plugin.Impl
+
+	locks lockTable // every range locked for the devices, see lockTable
 }
 
 func (p *Plugin) Name() string { return "amdgpu" }

@@ -25,35 +25,51 @@ type queue struct {
 
 type entry struct {
 	sig  uint64
-	temp uintptr // a lock taken for this copy only, released when it is done
+	refs []uintptr // lock table references of this copy, dropped when it is done
 }
 
 // reapAt bounds the signals a queue that is never synchronized or queried
 // accumulates: beyond it, a submission releases the completed prefix.
 const reapAt = 64
 
-func (q *queue) submit(dst, src, n, temp uintptr) error {
+// submit chains one async copy per span and owns refs: they are dropped once
+// the last span's copy completed, or at once when none was submitted.
+func (q *queue) submit(spans []span, refs []uintptr) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
-		return ErrClosed
-	}
 	fn := q.d.fn
-	sig, err := fn.newSignal()
-	if err != nil {
-		return err
+	if q.closed {
+		return errors.Join(ErrClosed, q.d.tab.releaseAll(fn, refs))
 	}
-	var dep uint64
-	if len(q.pending) > 0 {
-		dep = q.pending[len(q.pending)-1].sig
+	for i, s := range spans {
+		sig, err := fn.newSignal()
+		if err == nil {
+			var dep uint64
+			if len(q.pending) > 0 {
+				dep = q.pending[len(q.pending)-1].sig
+			}
+			if err = fn.asyncCopy(s.dst, s.src, s.n, q.d.agent, dep, sig); err != nil {
+				err = errors.Join(err, fn.destroySignal(sig))
+			}
+		}
+		if err != nil {
+			if i == 0 {
+				return errors.Join(err, q.d.tab.releaseAll(fn, refs))
+			}
+			// The earlier pieces are in flight and read what refs hold.
+			last := &q.pending[len(q.pending)-1]
+			last.refs = append(last.refs, refs...)
+			return err
+		}
+		e := entry{sig: sig}
+		if i == len(spans)-1 {
+			e.refs = refs
+		}
+		q.pending = append(q.pending, e)
 	}
-	if err := fn.asyncCopy(dst, src, n, q.d.agent, dep, sig); err != nil {
-		return errors.Join(err, fn.destroySignal(sig))
-	}
-	q.pending = append(q.pending, entry{sig: sig, temp: temp})
 	if len(q.pending) >= reapAt {
-		// The copy is submitted and owns temp now: a failure to release
-		// older entries is not this submission's.
+		// The copy is submitted and owns its references now: a failure to
+		// release older entries is not this submission's.
 		q.err = errors.Join(q.err, q.reapLocked())
 	}
 	return nil
@@ -120,7 +136,7 @@ func (q *queue) reapLocked() error {
 func (q *queue) releaseLocked(k int) error {
 	var errs []error
 	for _, e := range q.pending[:k] {
-		errs = append(errs, q.d.fn.destroySignal(e.sig), q.d.release(e.temp))
+		errs = append(errs, q.d.fn.destroySignal(e.sig), q.d.tab.releaseAll(q.d.fn, e.refs))
 	}
 	q.pending = append(q.pending[:0], q.pending[k:]...)
 	return errors.Join(errs...)

@@ -21,6 +21,10 @@
  *    from the host pointer; async copies accept only memory the runtime knows
  *    (pool allocations, the agent pointer of a lock), never pageable memory,
  *    and CPU-pool memory only after hsa_amd_agents_allow_access for the GPU;
+ *  - hsa_amd_memory_lock maps the memory for the agents it is given (all of
+ *    them with NULL, 0) and copies by another GPU agent are refused; memory
+ *    of a pool (HSA_EXT_POINTER_TYPE_HSA) cannot be locked, as
+ *    hsakmt_fmm_register_memory refuses it;
  *  - hsa_amd_memory_unlock and hsa_amd_memory_pool_free want the exact
  *    pointer that was locked or allocated; a lock overlapping another lock
  *    with a different range is refused;
@@ -41,10 +45,15 @@
  *      again does not restart the count) fails with CODE (decimal or 0x hex; default
  *      HSA_STATUS_ERROR_OUT_OF_RESOURCES); N = '*' fails every call.
  *      Example: FAKEHSA_FAIL=hsa_amd_memory_lock:2,hsa_signal_create:*:0x1000
+ *  FAKEHSA_SVM=1            hsa_amd_pointer_info answers HSA_EXT_POINTER_TYPE_UNKNOWN
+ *                           for locked memory, as ROCm does where libhsakmt locks
+ *                           through the KFD SVM API (the default on current GPUs
+ *                           unless HSA_USE_SVM=0)
  *
  * Test hook (not in the real library): int64_t fakehsa_count(const char *what)
  * with what = "signals" (live), "allocs", "locks", "pending" (copies not yet
- * performed), "copies" (performed), "inits" (reference count).
+ * performed), "copies" (performed), "inits" (reference count), "lock_calls"
+ * (successful hsa_amd_memory_lock calls).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -180,6 +189,7 @@ struct lock {
     uintptr_t host, agent;
     size_t size;
     int refs;
+    uint64_t access; /* bit per agent index: the agents the lock maps it for */
 };
 
 #define SIG_MAGIC 0x5157A1u
@@ -226,7 +236,7 @@ static struct sig *free_sigs;
 static int64_t live_sigs;
 
 static struct job *jobs_head, *jobs_tail, *job_running;
-static int64_t jobs_pending, copies_done;
+static int64_t jobs_pending, copies_done, lock_calls;
 static bool worker_started;
 
 /* ---- configuration and error injection ---- */
@@ -598,8 +608,13 @@ hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agent
     ENTER("hsa_amd_memory_lock");
     if (host_ptr == NULL || size == 0 || agent_ptr == NULL || num_agent < 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     if (num_agent > 0 && agents_ == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-    for (int k = 0; k < num_agent; k++)
-        if (agent_index(agents_[k]) < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    uint64_t access = 0;
+    for (int k = 0; k < num_agent; k++) {
+        int a = agent_index(agents_[k]);
+        if (a < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+        access |= 1ull << a;
+    }
+    if (num_agent == 0) access = (1ull << nagents) - 1; /* NULL, 0: every agent */
     uintptr_t h = (uintptr_t)host_ptr;
     if (h + size < h || (h & (DEV_BIAS | LOCK_BIAS))) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&mu);
@@ -607,6 +622,8 @@ hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agent
         struct lock *l = &locks[i];
         if (l->host == h && l->size == size) {
             l->refs++;
+            l->access |= access;
+            lock_calls++;
             *agent_ptr = (void *)l->agent;
             pthread_mutex_unlock(&mu);
             return HSA_STATUS_SUCCESS;
@@ -624,7 +641,8 @@ hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agent
         caplocks = caplocks ? 2 * caplocks : 64;
         locks = realloc(locks, (size_t)caplocks * sizeof *locks);
     }
-    locks[nlocks++] = (struct lock){.host = h, .agent = h + LOCK_BIAS, .size = size, .refs = 1};
+    locks[nlocks++] = (struct lock){.host = h, .agent = h + LOCK_BIAS, .size = size, .refs = 1, .access = access};
+    lock_calls++;
     pthread_mutex_unlock(&mu);
     *agent_ptr = (void *)(h + LOCK_BIAS);
     return HSA_STATUS_SUCCESS;
@@ -652,8 +670,12 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
     memset(&r, 0, sizeof r);
     uint64_t access = 0;
     uintptr_t p = (uintptr_t)ptr;
+    /* Locks made through the KFD SVM API are not in libhsakmt's pointer
+     * table: the runtime cannot describe them. */
+    const char *svm = getenv("FAKEHSA_SVM");
+    bool locks_known = svm == NULL || strcmp(svm, "1") != 0;
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nlocks; i++) {
+    for (int i = 0; i < nlocks && locks_known; i++) {
         struct lock *l = &locks[i];
         if ((p >= l->host && p - l->host < l->size) || (p >= l->agent && p - l->agent < l->size)) {
             r.type = HSA_EXT_POINTER_TYPE_LOCKED;
@@ -834,6 +856,7 @@ static hsa_status_t translate_locked(uintptr_t p, size_t n, int gpu, void **real
         struct lock *l = &locks[i];
         if (p >= l->agent && p - l->agent < l->size) {
             if (n > l->size - (p - l->agent)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            if (gpu >= 0 && !((l->access >> gpu) & 1)) return HSA_STATUS_ERROR_INVALID_AGENT;
             *real = (void *)(l->host + (p - l->agent));
             return HSA_STATUS_SUCCESS;
         }
@@ -967,6 +990,7 @@ int64_t fakehsa_count(const char *what) {
     else if (strcmp(what, "locks") == 0) n = nlocks;
     else if (strcmp(what, "pending") == 0) n = jobs_pending;
     else if (strcmp(what, "copies") == 0) n = copies_done;
+    else if (strcmp(what, "lock_calls") == 0) n = lock_calls;
     else if (strcmp(what, "inits") == 0) n = refs;
     pthread_mutex_unlock(&mu);
     return n;

@@ -1,0 +1,169 @@
+package amdgpu
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"unsafe"
+)
+
+// lockTable is every host range the plugin locked with hsa_amd_memory_lock,
+// for all its devices, with the agent pointer the runtime returned at lock
+// time. It is the plugin's own memory of its locks, as LLVM's pinned map is
+// its: where libhsakmt locks through the KFD SVM API, hsa_amd_pointer_info
+// answers HSA_EXT_POINTER_TYPE_UNKNOWN for locked memory, so asking the
+// runtime again would treat pinned memory as pageable (lock again for every
+// copy) and never see a lock another device made.
+//
+// Ranges are locked for every GPU agent (as LLVM does, with no agent list),
+// so one lock serves all devices: a LockHost inside a range another device
+// locked, and a copy from it, only add a reference. The last reference
+// unlocks. Entries never overlap.
+type lockTable struct {
+	mu   sync.Mutex
+	ents []*lockEnt // sorted by host
+}
+
+type lockEnt struct {
+	host, size, agent uintptr
+	refs              int
+}
+
+func (e *lockEnt) end() uintptr { return e.host + e.size }
+
+// findLocked returns the index of the first entry that ends after p.
+func (t *lockTable) findLocked(p uintptr) int {
+	return sort.Search(len(t.ents), func(i int) bool { return t.ents[i].end() > p })
+}
+
+// containing returns the entry holding address p, or nil.
+func (t *lockTable) containingLocked(p uintptr) *lockEnt {
+	i := t.findLocked(p)
+	if i < len(t.ents) && t.ents[i].host <= p {
+		return t.ents[i]
+	}
+	return nil
+}
+
+// contains reports whether p lies in a range the plugin locked.
+func (t *lockTable) contains(p uintptr) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.containingLocked(p) != nil
+}
+
+// acquire returns the agent pointer of host range [p, p+n) and the start of
+// the entry that now holds a reference for the caller. A range inside an
+// entry adds a reference; a range overlapping none is locked for agents.
+func (t *lockTable) acquire(fn *syms, agents []uint64, p, n uintptr) (agent, base uintptr, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := t.findLocked(p)
+	if i < len(t.ents) && t.ents[i].host <= p {
+		e := t.ents[i]
+		if n > e.end()-p {
+			return 0, 0, fmt.Errorf("%w: [%#x, +%d) runs past the end of the locked range [%#x, +%d)", ErrOverlap, p, n, e.host, e.size)
+		}
+		e.refs++
+		return e.agent + (p - e.host), e.host, nil
+	}
+	if i < len(t.ents) && t.ents[i].host < p+n {
+		e := t.ents[i]
+		return 0, 0, fmt.Errorf("%w: [%#x, +%d) overlaps the locked range [%#x, +%d)", ErrOverlap, p, n, e.host, e.size)
+	}
+	dev, err := fn.lockFor(agents, p, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	t.ents = append(t.ents, nil)
+	copy(t.ents[i+1:], t.ents[i:])
+	t.ents[i] = &lockEnt{host: p, size: n, agent: dev, refs: 1}
+	return dev, p, nil
+}
+
+// release drops a reference acquire gave on the entry starting at base; the
+// last one unlocks. A failed unlock keeps the entry and its reference, so
+// the caller may retry.
+func (t *lockTable) release(fn *syms, base uintptr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.containingLocked(base)
+	if e == nil || e.host != base {
+		return fmt.Errorf("%w: no lock at %#x", ErrNotLocked, base)
+	}
+	if e.refs > 1 {
+		e.refs--
+		return nil
+	}
+	if err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base); err != nil {
+		return err
+	}
+	i := t.findLocked(base)
+	t.ents = append(t.ents[:i], t.ents[i+1:]...)
+	return nil
+}
+
+// piece is part of a copy's host range and the address the GPU uses for it.
+type piece struct {
+	off, n, addr uintptr
+}
+
+// pieces splits host range [p, p+n) at the plugin's locked ranges: inside
+// one, the agent pointer from lock time (the copy takes a reference, in
+// refs, so that the lock outlives it); elsewhere, what gap answers for the
+// part [q, end) up to the next locked range.
+func (t *lockTable) pieces(fn *syms, agents []uint64, p, n uintptr, gap func(q, end uintptr) (piece, bool, error)) (ps []piece, refs []uintptr, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end := p + n
+	for q := p; q < end; {
+		i := t.findLocked(q)
+		if i < len(t.ents) && t.ents[i].host <= q {
+			e := t.ents[i]
+			k := min(end, e.end()) - q
+			e.refs++
+			refs = append(refs, e.host)
+			ps = append(ps, piece{off: q - p, n: k, addr: e.agent + (q - e.host)})
+			q += k
+			continue
+		}
+		stop := end
+		if i < len(t.ents) && t.ents[i].host < end {
+			stop = t.ents[i].host
+		}
+		pc, tracked, err := gap(q, stop)
+		if err != nil {
+			return nil, refs, err
+		}
+		if tracked {
+			// gap locked [q, q+pc.n) for the transfer: keep it here, so
+			// that other copies share it and it is unlocked with the last.
+			t.ents = append(t.ents, nil)
+			copy(t.ents[i+1:], t.ents[i:])
+			t.ents[i] = &lockEnt{host: q, size: pc.n, agent: pc.addr, refs: 1}
+			refs = append(refs, q)
+		}
+		pc.off = q - p
+		ps = append(ps, pc)
+		q += pc.n
+	}
+	return ps, refs, nil
+}
+
+// releaseAll drops the references of refs, reporting every failure.
+func (t *lockTable) releaseAll(fn *syms, refs []uintptr) error {
+	var errs []error
+	for _, b := range refs {
+		errs = append(errs, t.release(fn, b))
+	}
+	return errors.Join(errs...)
+}
+
+// lockFor locks [p, p+n) for agents, outside the table (a transfer's own
+// lock, inserted by pieces under the table's lock).
+func (fn *syms) lockFor(agents []uint64, p, n uintptr) (uintptr, error) {
+	var dev uintptr
+	err := fn.status("hsa_amd_memory_lock", fn.memLock, p, n, uintptr(unsafe.Pointer(&agents[0])), uintptr(len(agents)), uintptr(unsafe.Pointer(&dev)))
+	return dev, err
+}

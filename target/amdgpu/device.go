@@ -169,7 +169,10 @@ func (d *device) UnlockHost(p uintptr) error {
 
 // ExternalLock reports whether [p, p+n) lies in memory the GPU can already
 // reach without a lock of ours: memory locked with hsa_amd_memory_lock by
-// someone else (HSA_EXT_POINTER_TYPE_LOCKED). A range the plugin
+// someone else (HSA_EXT_POINTER_TYPE_LOCKED), or host memory of an HSA pool
+// (HSA_EXT_POINTER_TYPE_HSA with a host address, e.g. another device's host
+// allocation), which the runtime refuses to lock and LLVM counts as pinned:
+// LockMem on it then succeeds without hsa_amd_memory_lock. A range the plugin
 // locked itself is not external: LockHost adds a reference to it. A runtime
 // without hsa_amd_pointer_info, or one that locks through SVM (where locked
 // memory reads as UNKNOWN), cannot tell of locks made outside the plugin.
@@ -187,6 +190,10 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	var ext pinned.External
 	switch {
 	case info.Type == pointerTypeLocked:
+		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
+	case info.Type == pointerTypeHSA && info.HostBase != 0:
+		// Host memory of a pool: GPU-accessible already, and the runtime
+		// refuses to lock it (hsakmt_fmm_register_memory).
 		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
 	default:
 		return pinned.External{}, false, nil

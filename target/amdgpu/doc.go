@@ -24,7 +24,10 @@
 //     locks through the KFD SVM API (current GPUs, unless HSA_USE_SVM=0)
 //     hsa_amd_pointer_info answers HSA_EXT_POINTER_TYPE_UNKNOWN for locked
 //     memory. ExternalLock asks hsa_amd_pointer_info whether a range was
-//     locked by someone else (with SVM it cannot tell);
+//     locked by someone else (with SVM it cannot tell) or is host memory of
+//     an HSA pool (HSA_EXT_POINTER_TYPE_HSA), which is GPU-accessible
+//     already and which the runtime refuses to lock: LockMem on it counts
+//     references and never calls hsa_amd_memory_lock;
 //   - copies with hsa_amd_memory_async_copy, completion signals and, on a
 //     queue, each copy depending on the previous one's signal. The host side
 //     of a copy must be memory the GPU can reach: ranges in the lock table

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -129,4 +130,54 @@ func TestLockServesEveryGPU(t *testing.T) {
 	defer func() { require.NoError(t, ds[0].fn.status("hsa_amd_memory_unlock", ds[0].fn.memUnlock, other)) }()
 	err = ds[1].Copy(dev, a0, n, plugin.DeviceToDevice, nil)
 	require.ErrorIs(t, err, &Error{Call: "hsa_amd_memory_async_copy", Code: StatusErrorInvalidAgent})
+}
+
+// Memory of an HSA pool (HSA_EXT_POINTER_TYPE_HSA: here another device's
+// host allocation) is GPU-accessible already and cannot be locked: the
+// runtime refuses hsa_amd_memory_lock on it. A registry Lock on it (what
+// target.Device.LockMem does) must succeed without that call, and its
+// unlock must leave the allocation alone.
+func TestLockOfPoolMemory(t *testing.T) {
+	ds := fakeDevices(t)
+	const n = 1 << 16
+	h, err := ds[0].Alloc(plugin.MemHost, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ds[0].Free(plugin.MemHost, h)) }()
+
+	_, err = ds[1].lockLocked(h, n)
+	require.ErrorIs(t, err, &Error{Call: "hsa_amd_memory_lock", Code: StatusErrorInvalidArgument},
+		"the fake refuses to lock pool memory, as the runtime does")
+
+	for _, svm := range []string{"0", "1"} {
+		t.Run("SVM="+svm, func(t *testing.T) {
+			t.Setenv("FAKEHSA_SVM", svm)
+			for _, d := range ds {
+				lockPoolMemory(t, d, h+100, 1000)
+			}
+		})
+	}
+}
+
+// lockPoolMemory locks, copies from and unlocks [p, p+m), memory of a pool,
+// through a registry of d.
+func lockPoolMemory(t *testing.T, d *device, p, m uintptr) {
+	reg := pinned.New(d)
+	calls, allocs := count(t, "lock_calls"), count(t, "allocs")
+	dev, err := reg.Lock(p, m)
+	require.NoError(t, err, "device %d", d.index)
+	require.Equal(t, p, dev, "pool memory is its own agent pointer")
+	require.Equal(t, calls, count(t, "lock_calls"), "no hsa_amd_memory_lock")
+
+	vram, err := d.Alloc(plugin.MemDevice, m)
+	require.NoError(t, err)
+	want := pattern(p, m, 31)
+	require.NoError(t, d.Copy(vram, p, m, plugin.HostToDevice, nil))
+	back := hostBuffer(t, m)
+	require.NoError(t, d.Copy(back, vram, m, plugin.DeviceToHost, nil))
+	require.Equal(t, want, cmem.Bytes(back, m))
+	require.NoError(t, d.Free(plugin.MemDevice, vram))
+
+	require.NoError(t, reg.Unlock(p))
+	require.Zero(t, reg.Len())
+	require.Equal(t, allocs, count(t, "allocs"), "the allocation stays")
 }

@@ -33,7 +33,11 @@
 //     of a copy must be memory the GPU can reach: ranges in the lock table
 //     use their agent pointer from lock time; locked or pool memory the
 //     runtime describes is used as is; pageable memory is locked for the
-//     duration of the copy (a lock that copies in flight share). Every copy
+//     duration of the copy (a lock that copies in flight share). The host
+//     range is split where locks begin and end, one async copy per piece,
+//     so a copy may start inside a locked range and run past its end (a
+//     user-locked prefix; two copies in flight from one pageable base with
+//     different sizes), as on CUDA. Every copy
 //     holds a reference on the locks it reads, so an unlock while it is in
 //     flight takes effect when it completed.
 //

@@ -18,6 +18,10 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrShutdown: the device was closed by Shutdown.
 	ErrShutdown = errors.New("device shut down")
+	// ErrUnavailable: the device is listed but could not be opened (a CUDA
+	// GPU in compute mode PROHIBITED, or out of memory for its context);
+	// the error also carries the driver's reason. Other devices work.
+	ErrUnavailable = errors.New("device unavailable")
 )
 
 // Device is one device: the vendor's Impl plus everything generic, written
@@ -26,6 +30,7 @@ type Device struct {
 	ID int // OpenMP device number
 
 	impl    plugin.Impl
+	opener  plugin.Opener // nil: the Impl is open from the start
 	plugin  string
 	host    bool
 	reg     *pinned.Registry
@@ -44,8 +49,9 @@ type Device struct {
 }
 
 func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinned.MapMode) *Device {
+	opener, _ := impl.(plugin.Opener)
 	return &Device{
-		ID: id, impl: impl, plugin: pluginName, host: host,
+		ID: id, impl: impl, opener: opener, plugin: pluginName, host: host,
 		reg:     pinned.New(impl),
 		pool:    newStagingPool(impl, cfg),
 		mapMode: mode,
@@ -91,8 +97,20 @@ func (d *Device) usable() error {
 	if d.closed.Load() {
 		return fmt.Errorf("device %d: %w", d.ID, ErrShutdown)
 	}
+	if d.opener != nil {
+		if err := d.opener.Open(); err != nil {
+			return fmt.Errorf("device %d: %w: %w", d.ID, ErrUnavailable, err)
+		}
+	}
 	return nil
 }
+
+// Open opens the device now rather than at its first use, and reports why
+// it cannot be used: nil, or an error matching ErrUnavailable (with the
+// driver's reason) or ErrShutdown. Discovery opens nothing: a device that
+// cannot be opened keeps its number, answers Info, and fails each
+// operation with that same error, while the other devices work.
+func (d *Device) Open() error { return d.usable() }
 
 func checkKind(kind plugin.MemKind) error {
 	switch kind {

@@ -9,7 +9,15 @@
 // device, number n. On a machine without accelerators device 0 is the host.
 // Plugins are loaded and devices discovered at first use, once; a plugin
 // whose driver is absent or fails to initialise contributes no devices, and
-// its status is kept for `ompalloc info` (Plugins). Every call takes the
+// its status is kept for `ompalloc info` (Plugins). Discovery opens no
+// device: a device is opened at its first use (plugin.Opener; for CUDA, its
+// primary context is retained then), so a process that uses one GPU takes
+// no memory on the others. A device that cannot be opened (a GPU in compute
+// mode PROHIBITED, or out of memory for its context) keeps its number —
+// CUDA ordinals stay OpenMP device numbers — and answers Info, and every
+// operation on it fails with an error matching ErrUnavailable that names
+// the device and the driver's reason (Device.Open reports it up front);
+// the other devices work. Every call takes the
 // initial device as well as the accelerators; any other number is an error
 // matching ErrBadDevice that names the valid range.
 //

@@ -73,6 +73,8 @@ type DeviceInfo struct {
 	Capability  string       `json:"capability"`
 	NUMANode    int          `json:"numa_node"` // -1: unknown
 	Registry    RegistryInfo `json:"registry"`
+	Usable      bool         `json:"usable"`          // info opens every device to tell
+	Error       string       `json:"error,omitempty"` // why it cannot be used (it keeps its number)
 }
 
 // RegistryInfo is the state of a device's pinned registry.
@@ -193,7 +195,12 @@ func gatherInfo() *InfoReport {
 		for _, d := range target.Devices() {
 			in := d.Info()
 			st := d.Registry().Stats()
+			var why string
+			if err := d.Open(); err != nil {
+				why = err.Error()
+			}
 			r.Devices = append(r.Devices, DeviceInfo{
+				Usable: why == "", Error: why,
 				Number: d.ID, Plugin: d.Plugin(), Initial: d.IsHost(), Default: d.ID == r.DefaultDevice,
 				Name: in.Name, Vendor: in.Vendor, MemoryBytes: in.Memory, Capability: in.Capability, NUMANode: in.NUMANode,
 				Registry: RegistryInfo{
@@ -364,6 +371,12 @@ func writeInfo(w io.Writer, r *InfoReport) {
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", num, d.Plugin, dash(d.Name), dash(d.Vendor),
 			fmtBytes(int64(d.MemoryBytes)), dash(d.Capability), numa, reg)
+	}
+	tw.Flush()
+	for _, d := range r.Devices {
+		if !d.Usable {
+			fmt.Fprintf(w, "  device %d cannot be used (it keeps its number; the others work): %s\n", d.Number, d.Error)
+		}
 	}
 
 	heading("Memory spaces")

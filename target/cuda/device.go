@@ -12,14 +12,22 @@ import (
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
-// device is one CUDA device with its retained primary context.
+// device is one CUDA device. Discovery only asks the driver about it; its
+// primary context is retained when the device is first used (Open) and
+// released at Close, so a process that uses one GPU takes no memory on the
+// others, and a GPU whose context cannot be made (compute mode PROHIBITED,
+// out of memory) fails alone.
 type device struct {
 	drv    *driver
 	ord    int
 	dev    int32   // CUdevice
-	ctx    uintptr // CUcontext: the primary context, retained until Close
+	ctx    uintptr // CUcontext: the primary context, retained from Open to Close
 	info   plugin.Info
 	closed atomic.Bool
+
+	openMu  sync.Mutex
+	state   atomic.Int32 // notOpened, opened or failed; ctx and openErr are set before it changes
+	openErr error
 
 	mu     sync.Mutex
 	allocs map[uintptr]plugin.MemKind
@@ -32,43 +40,86 @@ type device struct {
 // copies; more concurrent copies make streams of their own and destroy them.
 const keepSyncStreams = 4
 
-func openDevice(drv *driver, ord int, version string) (*device, error) {
+const (
+	notOpened int32 = iota
+	opened
+	failed
+)
+
+// discoverDevice describes CUDA device ord without creating a context on
+// it. A device the driver cannot describe is returned failed, with the
+// reason: it keeps its ordinal and every use reports the error.
+func discoverDevice(drv *driver, ord int, version string) *device {
 	d := &device{drv: drv, ord: ord, allocs: map[uintptr]plugin.MemKind{}}
-	if err := drv.check("cuDeviceGet", call(drv.cuDeviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(ord))); err != nil {
-		return nil, err
+	d.info = plugin.Info{Vendor: "nvidia", Driver: drv.lib.Path, Version: version, NUMANode: -1}
+	if err := d.describe(); err != nil {
+		d.openErr = fmt.Errorf("%v: %w", d, err)
+		d.state.Store(failed)
+	}
+	return d
+}
+
+func (d *device) describe() error {
+	drv := d.drv
+	if err := drv.check("cuDeviceGet", call(drv.cuDeviceGet, uintptr(unsafe.Pointer(&d.dev)), uintptr(d.ord))); err != nil {
+		return err
 	}
 	var name [256]byte
 	if err := drv.check("cuDeviceGetName", call(drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(d.dev))); err != nil {
-		return nil, err
+		return err
 	}
 	var mem uint64 // size_t
 	if err := drv.check("cuDeviceTotalMem", call(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&mem)), uintptr(d.dev))); err != nil {
-		return nil, err
+		return err
 	}
 	var major, minor int32
 	if err := drv.check("cuDeviceGetAttribute", call(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&major)), cuDeviceAttributeComputeCapabilityMajor, uintptr(d.dev))); err != nil {
-		return nil, err
+		return err
 	}
 	if err := drv.check("cuDeviceGetAttribute", call(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&minor)), cuDeviceAttributeComputeCapabilityMinor, uintptr(d.dev))); err != nil {
-		return nil, err
-	}
-	if err := drv.check("cuDevicePrimaryCtxRetain", call(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(d.dev))); err != nil {
-		return nil, err
+		return err
 	}
 	n := 0
 	for n < len(name) && name[n] != 0 {
 		n++
 	}
-	d.info = plugin.Info{
-		Name:       string(name[:n]),
-		Vendor:     "nvidia",
-		Driver:     drv.lib.Path,
-		Version:    version,
-		Memory:     mem,
-		Capability: fmt.Sprintf("%d.%d", major, minor),
-		NUMANode:   -1,
+	d.info.Name = string(name[:n])
+	d.info.Memory = mem
+	d.info.Capability = fmt.Sprintf("%d.%d", major, minor)
+	return nil
+}
+
+// Open retains the device's primary context, once. A failure is kept: the
+// device stays unusable, with the driver's reason
+// (cuDevicePrimaryCtxRetain: CUDA_ERROR_UNKNOWN for a GPU in compute mode
+// PROHIBITED).
+func (d *device) Open() error {
+	switch d.state.Load() {
+	case opened:
+		return nil
+	case failed:
+		return d.openErr
 	}
-	return d, nil
+	d.openMu.Lock()
+	defer d.openMu.Unlock()
+	switch d.state.Load() {
+	case opened:
+		return nil
+	case failed:
+		return d.openErr
+	}
+	if d.closed.Load() {
+		return fmt.Errorf("%v: open: %w", d, ErrClosed)
+	}
+	var ctx uintptr
+	if err := d.drv.check("cuDevicePrimaryCtxRetain", call(d.drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&ctx)), uintptr(d.dev))); err != nil {
+		d.openErr = fmt.Errorf("%v: open: %w", d, err)
+		d.state.Store(failed)
+		return d.openErr
+	}
+	d.ctx = ctx
+	d.state.Store(opened)
+	return nil
 }
 
 func (d *device) Info() plugin.Info { return d.info }
@@ -81,6 +132,9 @@ func (d *device) String() string { return fmt.Sprintf("CUDA device %d", d.ord) }
 func (d *device) withCtx(name string, f func() result) error {
 	if d.closed.Load() {
 		return fmt.Errorf("%s: %v: %w", name, d, ErrClosed)
+	}
+	if err := d.Open(); err != nil {
+		return err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -307,6 +361,14 @@ func (d *device) Close() error {
 	if d.closed.Load() {
 		return nil
 	}
+	d.openMu.Lock()
+	if d.state.Load() != opened {
+		// Never opened, or failed to: the device holds nothing.
+		d.closed.Store(true)
+		d.openMu.Unlock()
+		return nil
+	}
+	d.openMu.Unlock()
 	var errs []error
 	errs = append(errs, d.destroySyncStreams())
 	errs = append(errs, d.drv.regs.releaseAll(d))

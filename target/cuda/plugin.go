@@ -29,8 +29,9 @@ type cudaPlugin struct {
 
 func (p *cudaPlugin) Name() string { return "cuda" }
 
-// Init loads and binds the driver, calls cuInit and opens every device,
-// once; later calls return the first result. A missing or disabled library
+// Init loads and binds the driver, calls cuInit and describes every
+// device, once; later calls return the first result. It retains no
+// context: devices open at first use (device.Open). A missing or disabled library
 // gives an error wrapping loader.ErrNotFound or loader.ErrDisabled; a failed
 // cuInit one wrapping loader.ErrInitFailed and the *Error, which names the
 // code (CUDA_ERROR_NO_DEVICE on a machine without a GPU).
@@ -65,16 +66,11 @@ func (p *cudaPlugin) init() ([]*device, error) {
 	if err := drv.check("cuDeviceGetCount", call(drv.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
 		return nil, err
 	}
+	// Discovery describes the devices and opens none: each is opened at its
+	// first use, and one that cannot be opened stays listed, failing alone.
 	devs := make([]*device, 0, n)
 	for i := 0; i < int(n); i++ {
-		d, err := openDevice(drv, i, ver)
-		if err != nil {
-			for _, o := range devs {
-				_ = o.Close()
-			}
-			return nil, fmt.Errorf("CUDA device %d: %w", i, err)
-		}
-		devs = append(devs, d)
+		devs = append(devs, discoverDevice(drv, i, ver))
 	}
 	return devs, nil
 }
@@ -120,7 +116,8 @@ func (p *cudaPlugin) Status() plugin.Status {
 	return s
 }
 
-// Devices returns the devices Init opened; none before Init or when it failed.
+// Devices returns the devices Init found, in CUDA ordinal order, also those
+// that cannot be opened; none before Init or when it failed.
 func (p *cudaPlugin) Devices() []plugin.Impl {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -33,3 +33,17 @@ type PeerCopier interface {
 	// the other device's queues is not ordered with it.
 	CopyPeer(dst uintptr, dstDev Impl, src uintptr, srcDev Impl, n uintptr, q QueueImpl) error
 }
+
+// Opener is implemented by an Impl that opens its device lazily, on first
+// use, as LLVM's plugins do: discovery then takes nothing from the device
+// (a CUDA primary context costs device memory on every GPU it is made on),
+// and a device that cannot be opened (compute mode PROHIBITED, out of
+// memory) does not take the others down with it. target calls Open before
+// every operation of the device, so it must be cheap once the device is
+// open; Info must work without it.
+type Opener interface {
+	// Open opens the device if it is not open yet. It returns nil, or the
+	// error the first opening failed with, on every call: a device that
+	// failed to open stays listed and unusable.
+	Open() error
+}

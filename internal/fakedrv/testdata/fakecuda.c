@@ -10,7 +10,10 @@
  * What it simulates
  *   - Devices: FAKECUDA_DEVICES (default 2) devices named "Fake CUDA Device N",
  *     FAKECUDA_MEM_MB MiB each (default 16384), compute capability
- *     FAKECUDA_CC (default "9.0"). FAKECUDA_DEVICES=0: cuInit returns
+ *     FAKECUDA_CC (default "9.0"). FAKECUDA_PROHIBITED=1,3 puts devices 1
+ *     and 3 in compute mode PROHIBITED: cuDeviceGetAttribute(COMPUTE_MODE)
+ *     says 2 and cuDevicePrimaryCtxRetain fails with CUDA_ERROR_UNKNOWN, while
+ *     the other devices work. FAKECUDA_DEVICES=0: cuInit returns
  *     CUDA_ERROR_NO_DEVICE and every later call CUDA_ERROR_NOT_INITIALIZED.
  *     cuDriverGetVersion gives FAKECUDA_VERSION (default 12020).
  *   - Contexts: one primary context per device (retain/release counted); the
@@ -201,6 +204,7 @@ static __thread struct fake_ctx *t_cur;
 
 static void drain_all_legacy(void);
 static void drain_legacy(struct fake_ctx *ctx);
+static int prohibited(CUdevice d);
 
 /* Events have their own lock: workers complete them without g_mu. */
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -556,6 +560,9 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	case 83: /* MANAGED_MEMORY */
 		*v = 1;
 		return CUDA_SUCCESS;
+	case 20: /* COMPUTE_MODE: CU_COMPUTEMODE_DEFAULT 0, PROHIBITED 2 */
+		*v = prohibited(d) ? 2 : 0;
+		return CUDA_SUCCESS;
 	case 75: /* COMPUTE_CAPABILITY_MAJOR */
 		*v = g_ccmaj;
 		return CUDA_SUCCESS;
@@ -568,6 +575,22 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 
 /* ---- contexts ---- */
 
+/* prohibited: device d is in compute mode PROHIBITED (FAKECUDA_PROHIBITED,
+   a comma-separated list of ordinals): no context can be made on it. */
+static int prohibited(CUdevice d) {
+	const char *v = getenv("FAKECUDA_PROHIBITED");
+	while (v && *v) {
+		char *end;
+		long x = strtol(v, &end, 10);
+		if (end == v)
+			break;
+		if (x == d)
+			return 1;
+		v = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
 	ENTER("cuDevicePrimaryCtxRetain");
 	if (!c)
@@ -576,6 +599,8 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
 		return ready();
 	if (!valid_dev(d))
 		return CUDA_ERROR_INVALID_DEVICE;
+	if (prohibited(d))
+		return CUDA_ERROR_UNKNOWN; /* what the driver answers in PROHIBITED mode */
 	pthread_mutex_lock(&g_mu);
 	g_ctx[d].refs++;
 	*c = &g_ctx[d];

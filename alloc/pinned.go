@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -31,7 +33,12 @@ const (
 var (
 	pinnedMu    sync.Mutex
 	pinnedHeaps = map[int]*heap.Heap{}
+	pinSources  = map[int]*pinSource{}
 )
+
+// Shutdown of the devices must not pull locked chunks from under the pinned
+// heaps: first give back the idle ones; target refuses while any stay held.
+func init() { target.BeforeShutdown(trimPinned) }
 
 func pinDevice(set traits.Set) (int, error) {
 	if set.PinDevice >= 0 {
@@ -48,9 +55,11 @@ func pinnedHeap(dev int) *heap.Heap {
 	defer pinnedMu.Unlock()
 	h := pinnedHeaps[dev]
 	if h == nil {
-		h = heap.New(&pinSource{dev: dev}, heap.Config{
-			Name: fmt.Sprintf("pinned(device %d)", dev), KeepChunks: pinnedKeepChunks, KeepHuge: pinnedKeepHuge})
+		name := fmt.Sprintf("pinned(device %d)", dev)
+		src := &pinSource{dev: dev, name: "the pinned heap of device " + fmt.Sprint(dev)}
+		h = heap.New(src, heap.Config{Name: name, KeepChunks: pinnedKeepChunks, KeepHuge: pinnedKeepHuge})
 		pinnedHeaps[dev] = h
+		pinSources[dev] = src
 	}
 	return h
 }
@@ -61,14 +70,28 @@ func trimPinned() {
 	for _, h := range pinnedHeaps {
 		hs = append(hs, h)
 	}
+	srcs := make([]*pinSource, 0, len(pinSources))
+	for _, s := range pinSources {
+		srcs = append(srcs, s)
+	}
 	pinnedMu.Unlock()
 	for _, h := range hs {
 		h.Trim()
 	}
+	for _, s := range srcs {
+		s.retry()
+	}
 }
 
-// pinSource maps memory and locks it through a device.
-type pinSource struct{ dev int }
+// pinSource maps memory and locks it through a device. It holds each chunk
+// (target.Device.HoldMem), so that a user's unlock cannot unlock it.
+type pinSource struct {
+	dev  int
+	name string // the owner the registry names
+
+	mu    sync.Mutex
+	stuck map[uintptr]uintptr // chunks the device could not unlock yet: start → size
+}
 
 func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 	if err := pinLimit.reserve(n); err != nil {
@@ -93,7 +116,7 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 	}
 	if err == nil {
 		start := time.Now()
-		_, err = d.LockMem(p, n)
+		_, err = d.HoldMem(p, n, s.name)
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
 	if err != nil {
@@ -105,12 +128,32 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 	return p, nil
 }
 
+// Release unlocks and unmaps a chunk the heap gave up. Locks a user took
+// inside it (TargetLockMem on a pinned block, never unlocked) are dropped
+// with one warning: the memory is about to be unmapped, and an entry left
+// behind would make the next chunk mapped there look locked. A chunk the
+// device reports still locked (munlock refused at vm.max_map_count) stays
+// mapped, locked, registered and counted; Trim tries it again.
 func (s *pinSource) Release(p, n uintptr) error {
 	var uerr error
 	if d, err := target.Get(s.dev); err == nil {
 		start := time.Now()
-		uerr = d.UnlockMem(p)
+		var locks, mapped int
+		locks, mapped, uerr = d.ReleaseMem(p)
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
+		if locks+mapped > 0 {
+			fmt.Fprintf(warnOut, "ompalloc: warning: alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped\n",
+				s.name, p, p+n, locks, mapped)
+		}
+		if errors.Is(uerr, pinned.ErrStillLocked) {
+			s.mu.Lock()
+			if s.stuck == nil {
+				s.stuck = map[uintptr]uintptr{}
+			}
+			s.stuck[p] = n
+			s.mu.Unlock()
+			return uerr
+		}
 	}
 	c, err := loader.C()
 	if err == nil {
@@ -121,6 +164,28 @@ func (s *pinSource) Release(p, n uintptr) error {
 		return uerr
 	}
 	return err
+}
+
+// retry releases the chunks the device could not unlock before.
+func (s *pinSource) retry() {
+	s.mu.Lock()
+	stuck := s.stuck
+	s.stuck = nil
+	s.mu.Unlock()
+	for p, n := range stuck {
+		_ = s.Release(p, n) // one that fails again goes back on the list
+	}
+}
+
+// stuckBytes returns the bytes of chunks still waiting for an unlock.
+func (s *pinSource) stuckBytes() (bytes uintptr, chunks int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.stuck {
+		bytes += n
+		chunks++
+	}
+	return bytes, chunks
 }
 
 // pinLimit caps the bytes all pinned heaps may lock, so that a program
@@ -196,6 +261,22 @@ var pinStats struct {
 	lockNanos atomic.Int64
 }
 
+// pinnedHeapStats is what pinned heap h has locked: its chunks and those of
+// its source still waiting for an unlock.
+func pinnedHeapStats(h *heap.Heap) (bytes uintptr, chunks int) {
+	hs := h.Stats()
+	bytes, chunks = hs.Mapped, hs.Chunks
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	for dev, ph := range pinnedHeaps {
+		if ph == h {
+			b, c := pinSources[dev].stuckBytes()
+			bytes, chunks = bytes+b, chunks+c
+		}
+	}
+	return bytes, chunks
+}
+
 // PinnedStats describes the pinned heaps of all devices.
 type PinnedStats struct {
 	Bytes    uintptr       // bytes locked for pinned heaps
@@ -209,10 +290,11 @@ type PinnedStats struct {
 func Pinned() PinnedStats {
 	pinnedMu.Lock()
 	var st PinnedStats
-	for _, h := range pinnedHeaps {
+	for dev, h := range pinnedHeaps {
 		hs := h.Stats()
-		st.Bytes += hs.Mapped
-		st.Chunks += hs.Chunks
+		b, c := pinSources[dev].stuckBytes()
+		st.Bytes += hs.Mapped + b
+		st.Chunks += hs.Chunks + c
 	}
 	pinnedMu.Unlock()
 	st.Limit, _ = PinnedLimit()

@@ -56,8 +56,7 @@ func (a *Allocator) Stats() Stats {
 	st.PoolSize = a.traits.PoolSize
 	st.PoolUsed = a.poolUsed.Load()
 	if a.traits.Pinned && a.heap != nil {
-		hs := a.heap.Stats()
-		st.PinnedBytes, st.PinnedChunks = hs.Mapped, hs.Chunks
+		st.PinnedBytes, st.PinnedChunks = pinnedHeapStats(a.heap)
 	}
 	return st
 }

@@ -15,12 +15,22 @@
 //	absent --Lock/LockMapped, no entry, Locker.LockHost ok--> locked(refs=1)
 //	absent --Lock/LockMapped, Locker.ExternalLock says locked--> external(refs=1)
 //	absent --Register--> registered(refs=0)
+//	absent --Hold, Locker.LockHost ok--> held (locked, refs=0, owner named)
 //	any live --Lock/LockMapped contained in it--> same state, refs+1 (no driver call)
 //	locked/external --Unlock/UnlockUnmapped, refs>1--> refs-1
 //	locked --last reference dropped--> absent, after Locker.UnlockHost
 //	external --last reference dropped--> absent (never unlocked by us)
 //	registered --Unregister, no Lock or mapped refs--> absent (never unlocked by us)
 //	registered --Unregister with refs--> unchanged, ErrBusy
+//	held --Release--> absent, after Locker.UnlockHost, Lock and mapped refs dropped and counted
+//	locked/held --Locker.UnlockHost fails with ErrStillLocked--> unchanged, the error returned
+//
+// Hold is for memory a part of this runtime mapped for itself (the pinned
+// heaps' chunks). Its reference is not a Lock reference: Unlock and
+// UnlockUnmapped never drop it, and refusing them names the owner, so a
+// user who unlocks memory they never locked cannot unpin a chunk other
+// blocks rely on. Release drops the user references left inside, so that
+// no entry outlives the memory.
 //
 // Lock references and mapped references are counted apart: Unlock drops
 // only the former, UnlockUnmapped only the latter, so an unmap can never eat
@@ -52,8 +62,11 @@
 // any memory the user unlocks while using it. Callers call UnlockUnmapped
 // exactly for the LockMapped calls that returned locked=true.
 //
-// When Locker.UnlockHost fails on the last reference, the entry is erased
-// anyway and the error returned. Keeping it would leave an entry that nobody
+// When Locker.UnlockHost fails on the last reference with an error wrapping
+// ErrStillLocked (the memory is locked exactly as before: munlock refused at
+// vm.max_map_count), the entry and its references stay and the unlock can
+// be retried. On any other failure the entry is erased anyway and the error
+// returned. Keeping it would leave an entry that nobody
 // references and nobody will unlock (LLVM does that): every later lock in
 // the range would hit it and skip the driver, though the driver's state is
 // unknown. Erasing keeps the registry equal to "what callers hold", and the

@@ -55,7 +55,7 @@ const (
 	countMax     = 1<<countBits - 1
 	mappedUnit   = uint64(1)                    // bits 0..23: LockMapped references
 	explicitUnit = uint64(1) << countBits       // bits 24..47: Lock references
-	registered   = uint64(1) << (2 * countBits) // bit 48: Register'ed, until Unregister
+	registered   = uint64(1) << (2 * countBits) // bit 48: Register or Hold, until Unregister or Release
 	liveMask     = registered<<1 - 1
 	kindShift    = 2*countBits + 1 // bits 49..50: Kind, never changes
 	hitShift     = kindShift + 2   // bits 51..63: hits not yet added to Stats.Hits

@@ -22,6 +22,12 @@ var (
 	// address space, an unknown MapMode, or Unregister of something that
 	// Register did not record.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrStillLocked: a Locker's UnlockHost failed and the range is still
+	// locked exactly as before (munlock refused at vm.max_map_count, say).
+	// A Locker wraps it to ask the registry to keep the entry and its
+	// references, so that the unlock can be tried again; the registry wraps
+	// it in the error it returns.
+	ErrStillLocked = errors.New("still locked")
 )
 
 // span formats [p, end) for messages.

@@ -19,6 +19,7 @@ type fakeLocker struct {
 	external                []External
 	locks, unlocks, queries int
 	failLock, failUnlock    bool // fail the next call
+	stillLocked             bool // a failing unlock keeps the lock (ErrStillLocked)
 	failQuery               bool
 	problems                []string // protocol violations seen
 }
@@ -50,6 +51,10 @@ func (f *fakeLocker) UnlockHost(p uintptr) error {
 	f.unlocks++
 	if _, ok := f.locked[p]; !ok {
 		f.problems = append(f.problems, fmt.Sprintf("UnlockHost %#x: not vendor-locked", p))
+	}
+	if f.failUnlock && f.stillLocked {
+		f.failUnlock = false
+		return fmt.Errorf("%w: %w", errFake, ErrStillLocked)
 	}
 	// A failing unlock still forgets the range: the registry erased it.
 	delete(f.locked, p)

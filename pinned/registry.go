@@ -1,6 +1,7 @@
 package pinned
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -19,11 +20,12 @@ type Registry struct {
 	pt pageTable
 	n  atomic.Int64 // entries
 
-	mu    sync.Mutex                  // serializes writers
-	tree  *btree.BTreeG[*entry]       // the source of truth, ordered by host start
-	pivot entry                       // search key for tree (under mu)
-	st    Stats                       // counters kept under mu; Hits: those folded in
-	bytes [KindRegistered + 1]uintptr // entry bytes by kind, under mu
+	mu     sync.Mutex                  // serializes writers
+	tree   *btree.BTreeG[*entry]       // the source of truth, ordered by host start
+	owners map[uintptr]string          // Hold's owner names by entry start (under mu)
+	pivot  entry                       // search key for tree (under mu)
+	st     Stats                       // counters kept under mu; Hits: those folded in
+	bytes  [KindRegistered + 1]uintptr // entry bytes by kind, under mu
 }
 
 // Stats is a snapshot of a registry's counters.
@@ -44,8 +46,9 @@ type Stats struct {
 // New returns an empty registry that locks and unlocks through l.
 func New(l Locker) *Registry {
 	return &Registry{
-		l:    l,
-		tree: btree.NewG(32, func(a, b *entry) bool { return a.host < b.host }),
+		l:      l,
+		tree:   btree.NewG(32, func(a, b *entry) bool { return a.host < b.host }),
+		owners: map[uintptr]string{},
 	}
 }
 
@@ -84,10 +87,13 @@ func (r *Registry) Lock(p, n uintptr) (dev uintptr, err error) {
 
 // Unlock drops one Lock reference of the entry containing p (any interior
 // pointer). The last reference of any kind erases the entry and, unless the
-// memory was locked externally or registered, unlocks it through the
-// Locker. If that unlock fails the entry is erased all the same and the
-// error returned: the registry never keeps an entry nobody references, and
-// the caller has given the range up (see the package documentation).
+// memory was locked externally, registered or held, unlocks it through the
+// Locker. If that unlock fails with an error wrapping ErrStillLocked, the
+// entry and its reference stay as they were; any other failure erases the
+// entry all the same and returns the error (see the package documentation).
+// An entry holding no Lock reference (one that Hold or Register made, or
+// LockMapped alone references) is ErrNotLocked naming it, and nothing
+// changes: a user's unlock never drops a reference it did not take.
 func (r *Registry) Unlock(p uintptr) error {
 	if p == 0 {
 		return nilPointer("Unlock")
@@ -97,23 +103,29 @@ func (r *Registry) Unlock(p uintptr) error {
 
 func (r *Registry) unlock(op string, p uintptr, unit uint64) error {
 	if e := r.find(p); e != nil {
-		done, held := e.release(unit)
-		if done {
+		if done, _ := e.release(unit); done {
 			return nil
 		}
-		if !held {
-			return notHeld(op, p, e, unit)
-		}
 	}
+	// Not done: the last reference, or none of this kind (the slow path
+	// names the entry and its owner under mu).
 	return r.unlockSlow(op, p, unit)
 }
 
-func notHeld(op string, p uintptr, e *entry, unit uint64) error {
+// notHeld is the error for dropping a reference of unit's kind that e does
+// not hold (under mu, for the owner's name).
+func (r *Registry) notHeld(op string, p uintptr, e *entry, unit uint64) error {
 	what := "Lock"
 	if unit == mappedUnit {
 		what = "LockMapped"
 	}
-	return fmt.Errorf("pinned: %s %#x: %w: %s holds no %s reference", op, p, ErrNotLocked, e, what)
+	by := ""
+	if o, ok := r.owners[e.host]; ok {
+		by = "; it is held by " + o
+	}
+	w := e.refs.Load()
+	return fmt.Errorf("pinned: %s %#x: %w: %s holds no %s reference (%d Lock, %d LockMapped)%s",
+		op, p, ErrNotLocked, e, what, explicitRefs(w), mappedRefs(w), by)
 }
 
 // floor returns the entry with the greatest host start <= p (under mu).
@@ -232,7 +244,7 @@ func (r *Registry) unlockSlow(op string, p uintptr, unit uint64) error {
 	for {
 		w := e.refs.Load()
 		if count(w, unit) == 0 {
-			return notHeld(op, p, e, unit)
+			return r.notHeld(op, p, e, unit)
 		}
 		if w&liveMask != unit {
 			if e.refs.CompareAndSwap(w, w-unit) {
@@ -241,26 +253,117 @@ func (r *Registry) unlockSlow(op string, p uintptr, unit uint64) error {
 			continue
 		}
 		if e.refs.CompareAndSwap(w, w&^liveMask) {
-			return r.retire(e)
+			return r.retire(e, w)
 		}
 	}
 }
 
-// retire erases a dead entry (no live bits), keeps its hits, and unlocks
-// what we locked. The unlock happens under mu, so no Lock of the same pages
-// can reach the Locker before it.
-func (r *Registry) retire(e *entry) error {
+// retire unlocks what we locked of an entry whose live bits were just
+// cleared (w is its word before) and erases it, keeping its hits. The unlock
+// happens under mu, so no Lock of the same pages can reach the Locker before
+// it. When the Locker says the range is still locked (ErrStillLocked), the
+// entry comes back to life with the word it had: no lock-free path changes
+// a dead word, and every writer waits on mu, so nobody saw it gone but
+// lock-free readers, which fall back to mu.
+func (r *Registry) retire(e *entry, w uint64) error {
+	if e.kind() == KindLocked {
+		r.st.VendorUnlocks++
+		if err := r.l.UnlockHost(e.host); err != nil {
+			r.st.UnlockFailures++
+			if errors.Is(err, ErrStillLocked) {
+				e.refs.Store(w)
+				return fmt.Errorf("pinned: unlock %s: entry and references kept: %w", span(e.host, e.end), err)
+			}
+			r.forget(e)
+			return fmt.Errorf("pinned: unlock %s: entry erased, but the device failed to unlock it: %w", span(e.host, e.end), err)
+		}
+	}
+	r.forget(e)
+	return nil
+}
+
+// forget erases a dead entry and keeps its hits (under mu).
+func (r *Registry) forget(e *entry) {
 	r.st.Hits += e.refs.Load() >> hitShift
 	r.erase(e)
-	if e.kind() != KindLocked {
-		return nil
+	delete(r.owners, e.host)
+}
+
+// Hold locks [p, p+n), memory an owner inside this runtime mapped for
+// itself (a pinned heap's chunk), through the Locker, and records it with a
+// reference that only Release drops: Unlock and UnlockUnmapped never reach
+// it, and errors about the entry name owner. Locks inside it add references
+// as usual. A range touching any entry is refused with ErrOverlap.
+func (r *Registry) Hold(p, n uintptr, owner string) (dev uintptr, err error) {
+	if bad(p, n) {
+		return 0, invalid("Hold", p, n)
 	}
-	r.st.VendorUnlocks++
-	if err := r.l.UnlockHost(e.host); err != nil {
-		r.st.UnlockFailures++
-		return fmt.Errorf("pinned: unlock %s: entry erased, but the device failed to unlock it: %w", span(e.host, e.end), err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.touches(p, p+n) {
+		return 0, r.overlapErr("Hold", p, p+n)
 	}
-	return nil
+	r.st.Misses++
+	dev, err = r.l.LockHost(p, n)
+	if err != nil {
+		r.st.LockFailures++
+		return 0, fmt.Errorf("pinned: Hold %s for %s: %w", span(p, p+n), owner, err)
+	}
+	r.st.VendorLocks++
+	r.insert(newEntry(p, p+n, dev, KindLocked, registered))
+	r.owners[p] = owner
+	return dev, nil
+}
+
+// Release drops the entry Hold recorded at p (its start), with any Lock and
+// LockMapped references still inside it, and unlocks it through the Locker.
+// It returns how many references of each kind it dropped, so that the
+// owner can say so: they belonged to callers who locked inside memory the
+// owner is giving up. If the unlock fails with ErrStillLocked nothing
+// changes; on any other failure the entry is erased and the error returned.
+func (r *Registry) Release(p uintptr) (locks, mapped int, err error) {
+	if p == 0 {
+		return 0, 0, nilPointer("Release")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.floor(p)
+	switch {
+	case e == nil || p >= e.end:
+		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: no entry contains it", p, ErrNotLocked)
+	case e.host != p:
+		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: interior pointer of %s", p, ErrInvalid, e)
+	}
+	if _, held := r.owners[p]; !held || e.kind() != KindLocked {
+		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: %s was not made by Hold", p, ErrInvalid, e)
+	}
+	for {
+		w := e.refs.Load()
+		if e.refs.CompareAndSwap(w, w&^liveMask) {
+			return explicitRefs(w), mappedRefs(w), r.retire(e, w)
+		}
+	}
+}
+
+// Held reports the owner of the entry Hold recorded at p (its start).
+func (r *Registry) Held(p uintptr) (owner string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	owner, ok = r.owners[p]
+	return owner, ok
+}
+
+// HeldStats returns the number of entries Hold made and their bytes.
+func (r *Registry) HeldStats() (entries int, bytes uintptr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.owners {
+		if e := r.floor(p); e != nil && e.host == p {
+			entries++
+			bytes += e.size()
+		}
+	}
+	return entries, bytes
 }
 
 // Register records [host, host+n), memory the device allocated as pinned
@@ -304,7 +407,7 @@ func (r *Registry) Unregister(host uintptr) error {
 				host, ErrBusy, e, explicitRefs(w), mappedRefs(w))
 		}
 		if e.refs.CompareAndSwap(w, w&^liveMask) {
-			return r.retire(e)
+			return r.retire(e, w)
 		}
 	}
 }

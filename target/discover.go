@@ -147,13 +147,27 @@ func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugi
 // every staging buffer (including those held by queues that never
 // completed) and closes the plugins' devices. Devices from before are
 // unusable afterwards; the next call of this package discovers anew.
+//
+// Memory held for live pinned blocks (HoldMem) cannot be given up behind
+// its owner's back: after the BeforeShutdown hooks ran (alloc releases its
+// idle pinned chunks), any device still holding some makes Shutdown refuse
+// with ErrBusy and change nothing. Ranges locked with LockMem are unlocked
+// with their device, and forgotten: the devices discovered next start with
+// empty registries.
 func Shutdown() error {
+	runShutdownHooks()
 	worldMu.Lock()
 	defer worldMu.Unlock()
-	w := current.Swap(nil)
+	holdMu.Lock()
+	defer holdMu.Unlock()
+	w := current.Load()
 	if w == nil {
 		return nil
 	}
+	if err := busy(w.devices); err != nil {
+		return fmt.Errorf("target: Shutdown refused: %w", err)
+	}
+	current.Store(nil)
 	var errs []error
 	for _, d := range w.devices {
 		errs = append(errs, d.close())

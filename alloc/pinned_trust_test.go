@@ -1,0 +1,155 @@
+package alloc
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// pinnedWorld is what must agree about pinned memory: VmLck, the registry
+// and the pinned heaps' statistics.
+type pinnedWorld struct {
+	vmLck   int
+	entries int
+	held    int
+	bytes   uintptr
+}
+
+func pinnedNow(t *testing.T) pinnedWorld {
+	t.Helper()
+	d, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	held, _ := d.Registry().HeldStats()
+	return pinnedWorld{vmLck: vmLckKiB(t), entries: d.Registry().Len(), held: held, bytes: Pinned().Bytes}
+}
+
+func captureWarnings(t *testing.T) *bytes.Buffer {
+	var buf bytes.Buffer
+	old := warnOut
+	warnOut = &buf
+	t.Cleanup(func() { warnOut = old })
+	return &buf
+}
+
+// Issue 9, item 1: a user's unlock of a pinned block must not unlock the
+// pinned heap's chunk. It is an error naming what holds the memory, and
+// nothing changes.
+func TestUserUnlockCannotUnpinAPinnedChunk(t *testing.T) {
+	Trim()
+	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	defer func() { Trim() }()
+	defer func() { require.NoError(t, a.Destroy()) }()
+	p, err := a.Alloc(64)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, Free(p)) }()
+	before := pinnedNow(t)
+	statsBefore := a.Stats()
+
+	d, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	err = d.UnlockMem(uintptr(p))
+	require.ErrorIs(t, err, pinned.ErrNotLocked)
+	require.ErrorContains(t, err, "held by the pinned heap of device")
+	require.ErrorContains(t, err, "0 Lock")
+	require.Equal(t, before, pinnedNow(t), "VmLck, registry and pinned bytes unchanged")
+	require.Equal(t, statsBefore.PinnedBytes, a.Stats().PinnedBytes)
+	require.True(t, d.Registry().IsPinned(uintptr(p)))
+	require.Positive(t, before.held, "the chunk is held by the pinned heap")
+
+	// The next block of the chunk is still locked.
+	q, err := a.Alloc(64)
+	require.NoError(t, err)
+	require.True(t, d.Registry().IsPinned(uintptr(q)))
+	require.NoError(t, Free(q))
+
+	// A user's own lock inside the block is counted apart and undone alone.
+	_, err = d.LockMem(uintptr(p), 64)
+	require.NoError(t, err)
+	require.NoError(t, d.UnlockMem(uintptr(p)))
+	require.ErrorIs(t, d.UnlockMem(uintptr(p)), pinned.ErrNotLocked)
+	require.Equal(t, before, pinnedNow(t))
+}
+
+// Issue 9, item 5: a user lock inside a pinned block must not outlive the
+// chunk. Releasing the chunk drops it with one warning; no stale entry
+// survives, and the next chunk mapped there is locked.
+func TestUserLockInsideReleasedChunkIsDropped(t *testing.T) {
+	Trim()
+	base := pinnedNow(t)
+	warn := captureWarnings(t)
+	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	p, err := a.Alloc(64)
+	require.NoError(t, err)
+	d, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	_, err = d.LockMem(uintptr(p), 64)
+	require.NoError(t, err)
+	_, err = d.LockMem(uintptr(p)+16, 16)
+	require.NoError(t, err)
+	require.NoError(t, Free(p))
+	require.NoError(t, a.Destroy())
+	Trim()
+	require.Equal(t, base, pinnedNow(t), "no entry, no locked page, no pinned byte left")
+	require.Equal(t, 1, bytes.Count(warn.Bytes(), []byte("\n")), warn.String())
+	require.Contains(t, warn.String(), "with 2 locks (TargetLockMem)")
+	require.False(t, d.Registry().IsPinned(uintptr(p)))
+	require.ErrorIs(t, d.UnlockMem(uintptr(p)), pinned.ErrNotLocked, "the user's late unlock finds nothing")
+
+	// A new chunk, quite possibly at the same address, is locked.
+	b := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	q, err := b.Alloc(64)
+	require.NoError(t, err)
+	require.True(t, d.Registry().IsPinned(uintptr(q)))
+	in, ok := d.Registry().Entry(uintptr(q))
+	require.True(t, ok)
+	require.Zero(t, in.Refs, "no user reference carried over")
+	require.NoError(t, Free(q))
+	require.NoError(t, b.Destroy())
+	Trim()
+	require.Equal(t, base, pinnedNow(t))
+}
+
+// Issue 9, item 4: target.Shutdown with pinned blocks live refuses and
+// changes nothing; once they are freed it gives back the idle chunks
+// itself, and the devices discovered next know every pinned block.
+func TestShutdownWithLivePinnedBlocks(t *testing.T) {
+	Trim()
+	base := pinnedNow(t)
+	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	p, err := a.Alloc(64)
+	require.NoError(t, err)
+	before := pinnedNow(t)
+	d, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+
+	err = target.Shutdown()
+	require.ErrorIs(t, err, target.ErrBusy)
+	require.ErrorContains(t, err, "live pinned blocks")
+	require.Equal(t, before, pinnedNow(t), "nothing changed")
+	d2, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	require.Same(t, d, d2, "the devices were not shut down")
+	require.True(t, d2.Registry().IsPinned(uintptr(p)))
+
+	require.NoError(t, Free(p)) // the chunk stays cached in the heap
+	require.NoError(t, target.Shutdown())
+	require.Equal(t, base, pinnedNow(t), "the idle chunk was given back")
+
+	q, err := a.Alloc(64)
+	require.NoError(t, err)
+	d3, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	require.NotSame(t, d, d3)
+	require.True(t, d3.Registry().IsPinned(uintptr(q)), "the new device knows the new chunk")
+	require.Greater(t, pinnedNow(t).vmLck, base.vmLck)
+	require.NoError(t, Free(q))
+	require.NoError(t, a.Destroy())
+	Trim()
+	require.Equal(t, base, pinnedNow(t))
+}

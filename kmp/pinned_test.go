@@ -1,0 +1,42 @@
+package kmp
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/target"
+)
+
+// Issue 9, item 1: llvm_omp_target_unlock_mem of a pinned block the caller
+// never locked is one warning naming what holds the memory; VmLck, the
+// registry and the pinned heap's statistics do not move, and later pinned
+// blocks are locked.
+func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
+	alloc.Trim()
+	host := GetInitialDevice()
+	a := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkPinned, AtvTrue}, {AtkFallback, AtvNullFb}})
+	require.NotEqual(t, NullAllocator, a)
+	defer func() { DestroyAllocator(a); alloc.Trim() }()
+	p := Alloc(64, a)
+	require.NotNil(t, p)
+	defer Free(p, a)
+	d, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Len(), alloc.Pinned().Bytes
+
+	w := targetWarnings(t, func() { TargetUnlockMem(p, host) })
+	require.Len(t, w, 1, "%q", w)
+	require.Contains(t, w[0], "llvm_omp_target_unlock_mem")
+	require.Contains(t, w[0], "held by the pinned heap of device")
+	require.Equal(t, vm, vmLckKB(t), "VmLck unchanged")
+	require.Equal(t, entries, d.Registry().Len())
+	require.Equal(t, pinnedBytes, alloc.Pinned().Bytes)
+	require.True(t, d.Registry().IsPinned(uintptr(p)))
+
+	q := Alloc(64, a)
+	require.NotNil(t, q)
+	require.True(t, d.Registry().IsPinned(uintptr(q)), "later blocks are locked")
+	Free(q, a)
+}

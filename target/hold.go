@@ -1,0 +1,81 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrBusy: Shutdown refused because pinned heaps still hold locked chunks
+// for live blocks; nothing was shut down.
+var ErrBusy = errors.New("device busy")
+
+// holdMu orders HoldMem against Shutdown: holds take it shared, Shutdown
+// exclusively around its check and the close, so no chunk is held on a
+// device that Shutdown found free and then closes.
+var holdMu sync.RWMutex
+
+var (
+	hookMu        sync.Mutex
+	shutdownHooks []func()
+)
+
+// BeforeShutdown registers f to run at the start of every Shutdown, before
+// it checks for held memory: alloc gives back its idle pinned chunks there.
+func BeforeShutdown(f func()) {
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	shutdownHooks = append(shutdownHooks, f)
+}
+
+func runShutdownHooks() {
+	hookMu.Lock()
+	hooks := append([]func(){}, shutdownHooks...)
+	hookMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// HoldMem page-locks [p, p+n), memory the caller mapped for itself, for d,
+// with a reference only ReleaseMem drops (pinned.Registry.Hold): a user's
+// UnlockMem can never unlock it, and errors about it name owner. The pinned
+// heaps hold their chunks this way.
+func (d *Device) HoldMem(p, n uintptr, owner string) (uintptr, error) {
+	holdMu.RLock()
+	defer holdMu.RUnlock()
+	if err := d.usable(); err != nil {
+		return 0, err
+	}
+	dev, err := d.reg.Hold(p, n, owner)
+	if err != nil {
+		return 0, fmt.Errorf("device %d: %w", d.ID, err)
+	}
+	return dev, nil
+}
+
+// ReleaseMem unlocks what HoldMem locked at p, dropping any LockMem and
+// mapped references still inside it; it reports how many there were.
+func (d *Device) ReleaseMem(p uintptr) (locks, mapped int, err error) {
+	if err := d.usable(); err != nil {
+		return 0, 0, err
+	}
+	locks, mapped, err = d.reg.Release(p)
+	if err != nil {
+		return locks, mapped, fmt.Errorf("device %d: %w", d.ID, err)
+	}
+	return locks, mapped, nil
+}
+
+// busy reports the devices whose registries still hold memory for an owner
+// (under holdMu).
+func busy(devs []*Device) error {
+	var errs []error
+	for _, d := range devs {
+		if n, b := d.reg.HeldStats(); n > 0 {
+			errs = append(errs, fmt.Errorf("device %d: %w: %d held ranges (%d bytes) locked for live pinned blocks; free them first",
+				d.ID, ErrBusy, n, b))
+		}
+	}
+	return errors.Join(errs...)
+}

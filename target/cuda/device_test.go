@@ -294,7 +294,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	releases := calls(t, "cuDevicePrimaryCtxRelease")
 	require.NoError(t, d.Close())
 	require.Equal(t, base, [4]int{live(t, liveDevice), live(t, liveHostAlloc), live(t, liveManaged), live(t, liveRegistered)})
-	require.Equal(t, releases+1, calls(t, "cuDevicePrimaryCtxRelease"))
+	require.Equal(t, releases+2, calls(t, "cuDevicePrimaryCtxRelease"), "the device's reference and its registration's")
 	require.NoError(t, d.Close(), "a second Close does nothing")
 	_, err = d.Alloc(plugin.MemDevice, 10)
 	require.ErrorIs(t, err, ErrClosed)

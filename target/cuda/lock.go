@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -33,10 +34,18 @@ func split(p, n, max uintptr) []piece {
 
 // registration is one host range registered with the driver by this
 // package, shared by every device that locked it or a part of it.
+//
+// The driver keeps a registration in the context that made it and drops it
+// when that context is destroyed (the last cuDevicePrimaryCtxRelease resets
+// the primary context). So the registration holds a reference of its own on
+// its owner's primary context, from registering to the last unregister:
+// closing the owner while other devices still hold the range keeps it
+// registered, in whatever order devices are closed.
 type registration struct {
 	host, size uintptr
 	pieces     []piece
-	refs       int // outstanding LockHost calls over every device
+	refs       int     // outstanding LockHost calls over every device
+	owner      *device // whose context registered it, retained until unregistered
 }
 
 func (r *registration) contains(p, n uintptr) bool {
@@ -140,7 +149,7 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	dev, err := d.devicePointer(p)
 	if err != nil {
 		if registered {
-			_ = d.unregister(reg.pieces)
+			_, _ = reg.drop()
 		}
 		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 	}
@@ -159,23 +168,33 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	return dev, nil
 }
 
-// register registers the pieces of [p, p+n), undoing them all on failure,
-// and checks that the device sees them as one contiguous range.
+// register registers the pieces of [p, p+n) in d's context, undoing them
+// all on failure, and checks that the device sees them as one contiguous
+// range. The registration takes its own reference on d's primary context.
 func (d *device) register(p, n uintptr) (*registration, error) {
+	var ctx uintptr
+	if err := d.withCtx("cuDevicePrimaryCtxRetain", func() result {
+		return call(d.drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&ctx)), uintptr(d.dev))
+	}); err != nil {
+		return nil, err
+	}
+	reg := &registration{host: p, size: n, owner: d}
 	pieces := split(p, n, MaxRegister)
 	for i, pc := range pieces {
 		err := d.withCtx("cuMemHostRegister", func() result {
 			return call(d.drv.cuMemHostRegister, pc.host, pc.size, cuMemHostRegisterPortable|cuMemHostRegisterDeviceMap)
 		})
 		if err != nil {
-			_ = d.unregister(pieces[:i])
+			reg.pieces = pieces[:i]
+			_, _ = reg.drop()
 			return nil, err
 		}
 	}
+	reg.pieces = pieces
 	if len(pieces) > 1 {
 		base, err := d.devicePointer(p)
 		if err != nil {
-			_ = d.unregister(pieces)
+			_, _ = reg.drop()
 			return nil, err
 		}
 		for _, pc := range pieces[1:] {
@@ -185,20 +204,48 @@ func (d *device) register(p, n uintptr) (*registration, error) {
 					pc.host, pc.size, dev, base+(pc.host-p))
 			}
 			if err != nil {
-				_ = d.unregister(pieces)
+				_, _ = reg.drop()
 				return nil, err
 			}
 		}
 	}
-	return &registration{host: p, size: n, pieces: pieces}, nil
+	return reg, nil
 }
 
-func (d *device) unregister(pieces []piece) error {
+// drop unregisters reg's pieces in its owner's context and then releases
+// the registration's reference on that context. The owner may be closed:
+// the reference kept its context alive. It returns the pieces it
+// unregistered; those it could not stay in reg, with the reference, to be
+// retried later.
+func (reg *registration) drop() ([]piece, error) {
+	o := reg.owner
 	var errs []error
-	for _, pc := range pieces {
-		errs = append(errs, d.withCtx("cuMemHostUnregister", func() result { return call(d.drv.cuMemHostUnregister, pc.host) }))
+	var gone, kept []piece
+	for _, pc := range reg.pieces {
+		if err := o.withOwnedCtx("cuMemHostUnregister", func() result { return call(o.drv.cuMemHostUnregister, pc.host) }); err != nil {
+			errs = append(errs, err)
+			kept = append(kept, pc)
+		} else {
+			gone = append(gone, pc)
+		}
 	}
-	return errors.Join(errs...)
+	reg.pieces = kept
+	if len(kept) > 0 {
+		return gone, errors.Join(errs...)
+	}
+	return gone, o.drv.check("cuDevicePrimaryCtxRelease", call(o.drv.cuDevicePrimaryCtxRelease, uintptr(o.dev)))
+}
+
+// withOwnedCtx is withCtx for a registration's own work in its owner's
+// context, which the registration holds a reference on: it runs also after
+// the owner was closed.
+func (d *device) withOwnedCtx(name string, f func() result) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
+		return err
+	}
+	return d.drv.check(name, f())
 }
 
 // devicePointer is the device's address for pinned host address p.
@@ -233,14 +280,14 @@ func (d *device) releaseLocked(reg *registration, k int) error {
 	if reg.refs -= k; reg.refs > 0 {
 		return nil
 	}
-	if err := d.unregister(reg.pieces); err != nil {
-		// The driver keeps the registration, so this package keeps it too,
-		// unreferenced: the next lock of the range reuses it, and Close
-		// tries the unregistration again.
-		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
-	}
-	for _, pc := range reg.pieces {
+	gone, err := reg.drop()
+	for _, pc := range gone {
 		delete(rs.byPiece, pc.host)
+	}
+	if err != nil {
+		// Pieces the driver keeps stay here too, unreferenced: the next lock
+		// of the range reuses the registration, and Close tries again.
+		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
 	}
 	return nil
 }

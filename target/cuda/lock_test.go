@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -295,4 +296,86 @@ func TestLockSubRangeWithoutRangeAttributes(t *testing.T) {
 	require.Equal(t, regs, live(t, liveRegistered), "device 1 still holds a part")
 	require.NoError(t, d1.UnlockHost(p+4096))
 	require.Equal(t, regs-1, live(t, liveRegistered))
+}
+
+// A registration shared by two devices lives until its last unlock, in
+// whatever order the devices are unlocked and closed: the registering
+// device's context is kept by the registration, not by the device. Each
+// order runs in a fresh process, where the fake resets a primary context
+// (dropping its registrations) at its last release, as the driver does.
+func TestSharedRegistrationOutlivesOwner(t *testing.T) {
+	needFake(t)
+	for _, order := range []string{"close owner, unlock other", "close owner, close other", "close other, unlock owner", "unlock owner, close owner, unlock other"} {
+		t.Run(order, func(t *testing.T) {
+			runChild(t, "TestSharedRegistrationOutlivesOwnerChild", "OMPALLOC_CUDA_TEST_ORDER="+order, "FAKECUDA_FAIL=")
+		})
+	}
+}
+
+func TestSharedRegistrationOutlivesOwnerChild(t *testing.T) {
+	inChild(t)
+	order := os.Getenv("OMPALLOC_CUDA_TEST_ORDER")
+	p := newPlugin(defaultDriver)
+	require.NoError(t, p.Init())
+	owner, other := p.devices[0], p.devices[1]
+	ctxRefs := func(dev int) int { return int(int32(call(hookFn(t, "fakecuda_ctx_refs"), uintptr(dev)))) }
+	const n = 1 << 20
+	buf, b := hostBuf(t, n)
+	devOwner, err := owner.LockHost(buf, n)
+	require.NoError(t, err)
+	devOther, err := other.LockHost(buf, n)
+	require.NoError(t, err)
+	require.Equal(t, devOwner, devOther)
+	require.Equal(t, 1, live(t, liveRegistered))
+
+	// still checks that the range is registered and usable from other.
+	still := func(d *device, seed byte) {
+		t.Helper()
+		require.Equal(t, 1, live(t, liveRegistered), "the registration is still there")
+		require.GreaterOrEqual(t, ctxRefs(0), 1, "the registering context is alive")
+		_, ext, err := d.ExternalLock(buf, n)
+		require.NoError(t, err)
+		require.False(t, ext, "still ours")
+		src, sb := hostBuf(t, 4096)
+		pattern(sb, seed)
+		require.NoError(t, d.Copy(devOwner, src, 4096, plugin.HostToDevice, nil), "copy to the registered range through its device address")
+		require.Equal(t, sb, b[:4096])
+	}
+	gone := func() {
+		t.Helper()
+		require.Zero(t, live(t, liveRegistered), "unregistered at the last unlock")
+		require.Zero(t, ctxRefs(0), "and the registering context released")
+	}
+	switch order {
+	case "close owner, unlock other":
+		require.NoError(t, owner.Close())
+		still(other, 1)
+		require.NoError(t, other.UnlockHost(buf))
+		gone()
+		require.NoError(t, other.Close())
+	case "close owner, close other":
+		require.NoError(t, owner.Close())
+		still(other, 2)
+		require.NoError(t, other.Close())
+		gone()
+	case "close other, unlock owner":
+		require.NoError(t, other.Close())
+		still(owner, 3)
+		require.NoError(t, owner.UnlockHost(buf))
+		require.Zero(t, live(t, liveRegistered))
+		require.NoError(t, owner.Close())
+		gone()
+	case "unlock owner, close owner, unlock other":
+		require.NoError(t, owner.UnlockHost(buf))
+		require.NoError(t, owner.Close())
+		still(other, 4)
+		require.NoError(t, other.UnlockHost(buf))
+		gone()
+		require.NoError(t, other.Close())
+	default:
+		t.Fatalf("unknown order %q", order)
+	}
+	require.Zero(t, ctxRefs(0))
+	require.Zero(t, ctxRefs(1))
+	require.Equal(t, calls(t, "cuDevicePrimaryCtxRetain"), calls(t, "cuDevicePrimaryCtxRelease"), "every reference released")
 }

@@ -17,7 +17,12 @@
  *     CUDA_ERROR_NO_DEVICE and every later call CUDA_ERROR_NOT_INITIALIZED.
  *     cuDriverGetVersion gives FAKECUDA_VERSION (default 12020).
  *   - Contexts: one primary context per device (retain/release counted); the
- *     current context is per OS thread, as in the driver. Memory, copy,
+ *     current context is per OS thread, as in the driver. The last release
+ *     resets the context, as cuDevicePrimaryCtxRelease documents: everything
+ *     allocated or registered in it is gone (cuMemHostUnregister then says
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, pointer queries
+ *     CUDA_ERROR_INVALID_VALUE), and it is not current-able until retained
+ *     again (CUDA_ERROR_INVALID_CONTEXT). Memory, copy,
  *     stream and event creation calls without a current, retained context
  *     return CUDA_ERROR_INVALID_CONTEXT: a caller that forgets to make its
  *     context current on the calling thread fails here.
@@ -78,6 +83,7 @@
  *   int  fakecuda_live(int kind)           live regions of a kind: 0 device,
  *                                          1 managed, 2 host-alloc, 3 registered,
  *                                          4 streams
+ *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -313,6 +319,14 @@ API long fakecuda_calls(const char *name) {
 	for (int i = 0; i < g_ncount; i++)
 		if (strcmp(g_count[i].name, b) == 0)
 			n = g_count[i].calls;
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+/* fakecuda_ctx_refs: references on device dev's primary context. */
+API int fakecuda_ctx_refs(int dev) {
+	pthread_mutex_lock(&g_mu);
+	int n = dev >= 0 && dev < g_ndev ? g_ctx[dev].refs : -1;
 	pthread_mutex_unlock(&g_mu);
 	return n;
 }
@@ -575,6 +589,29 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 
 /* ---- contexts ---- */
 
+/* reset_ctx: the last cuDevicePrimaryCtxRelease resets the primary context,
+   which "destroys all allocations" made in it (cuDevicePrimaryCtxReset):
+   device and managed memory, pinned host allocations and host
+   registrations. Host memory is not freed (the program may still touch its
+   pages; the real driver would unmap them) but no longer pinned or known. */
+static void reset_ctx(int dev) {
+	pthread_mutex_lock(&g_mu);
+	for (struct region **pp = &g_regions; *pp;) {
+		struct region *x = *pp;
+		if (x->dev != dev) {
+			pp = &x->next;
+			continue;
+		}
+		if (x->kind == K_DEVICE) {
+			g_used[dev] -= x->size;
+			free((void *)x->host);
+		}
+		*pp = x->next;
+		free(x);
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
 /* prohibited: device d is in compute mode PROHIBITED (FAKECUDA_PROHIBITED,
    a comma-separated list of ordinals): no context can be made on it. */
 static int prohibited(CUdevice d) {
@@ -622,8 +659,10 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 		g_ctx[d].refs--;
 	int gone = r == CUDA_SUCCESS && g_ctx[d].refs == 0;
 	pthread_mutex_unlock(&g_mu);
-	if (gone) /* the context is destroyed: its work completes first */
+	if (gone) { /* the context is reset: its work completes, then its memory goes */
 		drain_legacy(&g_ctx[d]);
+		reset_ctx(d);
+	}
 	return r;
 }
 

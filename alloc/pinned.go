@@ -139,7 +139,11 @@ func (s *pinSource) Release(p, n uintptr) error {
 	if d, err := target.Get(s.dev); err == nil {
 		start := time.Now()
 		var locks, mapped int
-		locks, mapped, uerr = d.ReleaseMem(p)
+		if uerr = fault.Check(fault.PinUnlock); uerr != nil {
+			uerr = fmt.Errorf("%w: %w", uerr, pinned.ErrStillLocked)
+		} else {
+			locks, mapped, uerr = d.ReleaseMem(p)
+		}
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 		if locks+mapped > 0 {
 			fmt.Fprintf(warnOut, "ompalloc: warning: alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped\n",

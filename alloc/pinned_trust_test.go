@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -152,4 +153,34 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 	require.NoError(t, a.Destroy())
 	Trim()
 	require.Equal(t, base, pinnedNow(t))
+}
+
+// Issue 9, item 3: a chunk whose unlock the device refuses, keeping it
+// locked (munlock at vm.max_map_count: target/host.TestMapCount), stays
+// locked, registered, mapped and counted, in Stats and the limit alike, and
+// the next Trim releases it.
+func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
+	Trim()
+	base := pinnedNow(t)
+	_, baseUsed := PinnedLimit()
+	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	p, err := a.Alloc(64)
+	require.NoError(t, err)
+	require.NoError(t, Free(p))
+	locked := pinnedNow(t)
+	_, lockedUsed := PinnedLimit()
+
+	disarm := fault.Arm(fault.PinUnlock, 1, nil)
+	require.NoError(t, a.Destroy()) // trims the pinned heap: the release fails
+	disarm()
+	require.Equal(t, 1, fault.Fired(fault.PinUnlock))
+	require.Equal(t, locked, pinnedNow(t), "still locked, registered and counted")
+	_, used := PinnedLimit()
+	require.Equal(t, lockedUsed, used)
+	require.Equal(t, uintptr(4<<20), Pinned().Bytes-base.bytes)
+
+	Trim()
+	require.Equal(t, base, pinnedNow(t))
+	_, used = PinnedLimit()
+	require.Equal(t, baseUsed, used)
 }

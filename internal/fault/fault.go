@@ -12,6 +12,7 @@ const (
 	HeapAcquire = "heap.acquire"
 	PinMap      = "pin.map"
 	PinLock     = "pin.lock"
+	PinUnlock   = "pin.unlock" // the device refuses to unlock a chunk and keeps it locked
 )
 
 // ErrInjected is wrapped by every injected failure (errors.Is).

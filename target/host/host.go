@@ -17,6 +17,11 @@ var (
 	// ErrLockLimit: mlock refused to lock more memory (RLIMIT_MEMLOCK, or
 	// no memory the kernel may lock).
 	ErrLockLimit = errors.New("page-lock limit reached")
+	// ErrUnmapped: part of the range to lock is not mapped.
+	ErrUnmapped = errors.New("range not mapped")
+	// ErrMapCount: the process has vm.max_map_count mappings, and locking
+	// or unlocking the range would split one more.
+	ErrMapCount = errors.New("vm.max_map_count reached")
 	// ErrNotLocked: UnlockHost of an address LockHost never returned.
 	ErrNotLocked = errors.New("not locked by the host device")
 	// ErrNotAllocated: Free of an address Alloc never returned, or with
@@ -159,15 +164,49 @@ func (d *device) lockLocked(p, n uintptr) error {
 	}
 	runs := d.pages.add(first, end, +1, nil)
 	for i, r := range runs {
-		if err := d.libc.Mlock(r.first*pageSize, (r.end-r.first)*pageSize); err != nil {
-			for _, done := range runs[:i] {
-				_ = d.libc.Munlock(done.first*pageSize, (done.end-done.first)*pageSize)
+		a, b := r.first*pageSize, r.end*pageSize
+		if err := d.libc.Mlock(a, b-a); err != nil {
+			// mlock stops at the failure with the pages before it locked
+			// (over a hole, say): unlock this run as well as the earlier ones.
+			for _, done := range runs[:i+1] {
+				_ = d.munlockRun(done.first*pageSize, done.end*pageSize)
 			}
 			d.pages.add(first, end, -1, nil)
-			return fmt.Errorf("lock %#x+%d: %w", p, n, lockError(err))
+			return fmt.Errorf("lock %#x+%d: %w", p, n, lockError(err, a, b-a))
 		}
 	}
 	return nil
+}
+
+// munlockRun unlocks [a, b). munlock, like mlock, stops at an unmapped page
+// with the pages before it done: over a hole, each mapped piece is unlocked
+// on its own (the unmapped ones hold no lock). Any other ENOMEM is the
+// kernel refusing to split a mapping at vm.max_map_count: then what the
+// failed call unlocked is locked again and the error wraps
+// pinned.ErrStillLocked.
+func (d *device) munlockRun(a, b uintptr) error {
+	err := d.libc.Munlock(a, b-a)
+	if err == nil || !errors.Is(err, syscall.ENOMEM) {
+		return err
+	}
+	if c := mapCause(err, a, b-a); errors.Is(c, ErrUnmapped) {
+		return d.munlockMapped(a, b)
+	} else if c != nil {
+		err = c
+	}
+	_ = d.libc.Mlock(a, b-a) // merges back: needs no new mapping
+	return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
+}
+
+// munlockMapped unlocks each mapped piece of [a, b), skipping the holes.
+func (d *device) munlockMapped(a, b uintptr) error {
+	var errs []error
+	if _, _, ok := scanMapsEach(a, b, func(lo, hi uintptr) {
+		errs = append(errs, d.libc.Munlock(lo, hi-lo))
+	}); !ok {
+		return fmt.Errorf("munlock %#x+%d: cannot read /proc/self/maps to skip its holes", a, b-a)
+	}
+	return errors.Join(errs...)
 }
 
 // unlockLocked uncounts [p, p+n) and munlocks the pages no lock covers any
@@ -180,9 +219,20 @@ func (d *device) unlockLocked(p, n uintptr) error {
 	if err != nil {
 		return fmt.Errorf("munlock: %w", err)
 	}
+	runs := d.pages.add(first, end, -1, nil)
 	var errs []error
-	for _, r := range d.pages.add(first, end, -1, nil) {
-		errs = append(errs, d.libc.Munlock(r.first*pageSize, (r.end-r.first)*pageSize))
+	for i, r := range runs {
+		err := d.munlockRun(r.first*pageSize, r.end*pageSize)
+		if errors.Is(err, pinned.ErrStillLocked) {
+			// Nothing changes: lock again what the earlier runs unlocked and
+			// count the range locked again, so that the unlock can be retried.
+			for _, done := range runs[:i] {
+				_ = d.libc.Mlock(done.first*pageSize, (done.end-done.first)*pageSize)
+			}
+			d.pages.add(first, end, +1, nil)
+			return fmt.Errorf("unlock %#x+%d: %w", p, n, err)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 )
 
 // lockLimitError is a failed mlock, explained by the limit that most often
@@ -19,13 +21,62 @@ func (e *lockLimitError) Error() string {
 
 func (e *lockLimitError) Unwrap() []error { return []error{e.err, ErrLockLimit} }
 
-// lockError wraps a failed mlock: ENOMEM, EAGAIN and EPERM are the kernel's
-// ways of saying the lock limit (or the memory it may lock) is exhausted.
-func lockError(err error) error {
+// causeError is a failed mlock or munlock with the cause found for it.
+type causeError struct {
+	err   error
+	cause string
+	kind  error // ErrUnmapped, ErrMapCount, ErrLockLimit
+}
+
+func (e *causeError) Error() string   { return fmt.Sprintf("%v: %s", e.err, e.cause) }
+func (e *causeError) Unwrap() []error { return []error{e.err, e.kind} }
+
+// lockError names the real cause of a failed mlock of [p, p+n). The kernel
+// says ENOMEM for four different things, and the cure differs: part of the
+// range is not mapped; the process reached vm.max_map_count (every
+// separately locked range splits its mapping, so ~32k scattered locks
+// exhaust 65530); RLIMIT_MEMLOCK, which binds only without CAP_IPC_LOCK; or
+// no memory left to lock. EPERM and EAGAIN are the limit's too.
+func lockError(err error, p, n uintptr) error {
 	if !errors.Is(err, syscall.ENOMEM) && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EPERM) {
 		return err
 	}
-	return &lockLimitError{err: err, limit: memlockLimit()}
+	if c := mapCause(err, p, n); c != nil {
+		return c
+	}
+	if !procstatus.HasCapIPCLock() && memlockFinite() {
+		return &lockLimitError{err: err, limit: memlockLimit()}
+	}
+	return &causeError{err: err, kind: ErrLockLimit,
+		cause: fmt.Sprintf("the kernel found no memory to lock (RLIMIT_MEMLOCK, %s, does not bind: CAP_IPC_LOCK %v)", memlockLimit(), procstatus.HasCapIPCLock())}
+}
+
+// mapCause reports an unmapped hole in [p, p+n) or a map count at
+// vm.max_map_count, or nil when neither explains an ENOMEM.
+func mapCause(err error, p, n uintptr) error {
+	if !errors.Is(err, syscall.ENOMEM) {
+		return nil
+	}
+	count, hole, ok := scanMaps(p, p+n)
+	if !ok {
+		return nil
+	}
+	if hole != 0 {
+		return &causeError{err: err, kind: ErrUnmapped,
+			cause: fmt.Sprintf("[%#x, %#x) is not all mapped: nothing is mapped at %#x", p, p+n, hole)}
+	}
+	// A lock or unlock inside a mapping splits it in up to three.
+	if max, ok := maxMapCount(); ok && count+2 >= max {
+		return &causeError{err: err, kind: ErrMapCount,
+			cause: fmt.Sprintf("vm.max_map_count (%d) reached: the process has %d mappings, and every separately locked range splits one", max, count)}
+	}
+	return nil
+}
+
+// memlockFinite reports whether the soft RLIMIT_MEMLOCK is finite.
+func memlockFinite() bool {
+	var r syscall.Rlimit
+	return syscall.Getrlimit(rlimitMemlock, &r) != nil || r.Cur != rlimInfinity
 }
 
 // memlockLimit describes the soft RLIMIT_MEMLOCK.

@@ -149,3 +149,39 @@ func TestMemcpyAsyncPeer(t *testing.T) {
 	require.NoError(t, MemcpyAsync(cbuf, dst, n, 2, 1, q))
 	require.True(t, hasFill(cbuf, n, 4))
 }
+
+// Two accelerators that cannot copy directly: the bytes go through host
+// buffers pinned for both devices, so every copy of the bounce takes the
+// pinned path, and nothing stays locked afterwards.
+func TestMemcpyBouncesThroughPinned(t *testing.T) {
+	a, b := newFake("a", 100*time.Microsecond), newFake("b", 100*time.Microsecond)
+	withPlugins(t, &fakePlugin{name: "f", impls: []plugin.Impl{a, b}})
+	da, _ := Get(0)
+	db, _ := Get(1)
+	const n = 2*bounceChunk + 12345 // three chunks, the last one short
+	src, err := da.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	dst, err := db.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	fill(src, n, 6)
+
+	require.NoError(t, Memcpy(dst, src, n, 1, 0))
+	require.True(t, hasFill(dst, n, 6))
+	for _, f := range []*fakeImpl{a, b} {
+		locks, unlocks, pinned, _ := f.counts()
+		require.Equal(t, 3, pinned, "%s: each chunk's copy had a pinned host side", f.name)
+		require.Equal(t, 1, locks, "%s: the bounce buffers were locked once", f.name)
+		require.Equal(t, 1, unlocks)
+	}
+	require.Zero(t, da.Registry().Len())
+	require.Zero(t, db.Registry().Len())
+
+	// A lock that fails is an error naming it; pageable memory is not used instead.
+	b.failLock.Store(true)
+	err = Memcpy(dst, src, n, 1, 0)
+	require.ErrorIs(t, err, errInjected)
+	require.ErrorContains(t, err, "memcpy of")
+	require.ErrorContains(t, err, "pin the bounce buffers")
+	b.failLock.Store(false)
+	require.Zero(t, da.Registry().Len(), "the source's lock was undone")
+}

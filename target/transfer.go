@@ -10,15 +10,17 @@ import (
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
-// bounceChunk bounds the host buffer of a copy between two accelerators.
-const bounceChunk = 8 << 20
+// bounceChunk is the size of each of the two pinned buffers of a copy
+// between two accelerators that cannot copy directly.
+const bounceChunk = 4 << 20
 
 // Memcpy copies n bytes from src on device srcDev to dst on device dstDev,
 // between any two devices including the host. It is complete on return:
 // later work on any queue of either device sees the bytes. A copy between
 // two accelerators of the same plugin goes device to device when the driver
 // says they reach each other (plugin.PeerCopier); otherwise it goes through
-// host memory. n == 0 does nothing.
+// two host buffers pinned for both devices, two chunks in flight. n == 0
+// does nothing.
 func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
 	if n == 0 {
 		return nil
@@ -161,30 +163,80 @@ func copyPeer(pc plugin.PeerCopier, on, dd, sd *Device, dst, src, n uintptr, q *
 	return nil
 }
 
-// bounce copies between two accelerators through host memory, a chunk at a
-// time.
-func bounce(dd, sd *Device, dst, src, n uintptr) error {
+// bounce copies between two accelerators that cannot copy directly,
+// through two host buffers pinned for both devices, a chunk at a time with
+// two chunks in flight: while the destination's queue writes chunk i from
+// one buffer, the source's queue reads chunk i+1 into the other. Both
+// copies of a chunk take the one-step pinned path; pageable memory is never
+// used. It is complete on return.
+func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
+	fail := func(what string, err error) error {
+		return fmt.Errorf("memcpy of %d bytes from device %d to device %d: %s: %w", n, sd.ID, dd.ID, what, err)
+	}
 	c, err := loader.C()
 	if err != nil {
-		return err
+		return fail("bounce buffers", err)
 	}
-	size := min(n, bounceChunk)
+	chunk := min(n, bounceChunk)
+	chunk = (chunk + pageSize - 1) &^ (pageSize - 1)
+	size := 2 * chunk
 	buf, err := c.Map(size)
 	if err != nil {
-		return fmt.Errorf("memcpy from device %d to device %d: bounce buffer: %w", sd.ID, dd.ID, err)
+		return fail("bounce buffers", err)
 	}
 	defer func() { _ = c.Unmap(buf, size) }()
-	for off := uintptr(0); off < n; off += size {
-		k := min(size, n-off)
-		if err := sd.Retrieve(buf, src+off, k, nil); err != nil {
+	for i, d := range []*Device{sd, dd} {
+		if _, err := d.LockMem(buf, size); err != nil {
+			if i == 1 {
+				_ = sd.UnlockMem(buf)
+			}
+			return fail("pin the bounce buffers", err)
+		}
+	}
+	defer func() {
+		err = errors.Join(err, sd.UnlockMem(buf), dd.UnlockMem(buf))
+	}()
+	sq, err := sd.NewQueue()
+	if err != nil {
+		return fail("bounce", err)
+	}
+	defer func() { err = errors.Join(err, sq.Close()) }()
+	dq, err := dd.NewQueue()
+	if err != nil {
+		return fail("bounce", err)
+	}
+	defer func() { err = errors.Join(err, dq.Close()) }()
+
+	bufs := [2]uintptr{buf, buf + chunk}
+	at := func(i uintptr) (off, k uintptr) { off = i * chunk; return off, min(chunk, n-off) }
+	chunks := (n + chunk - 1) / chunk
+	if err := sd.Retrieve(bufs[0], src, min(chunk, n), sq); err != nil {
+		return err
+	}
+	if err := sq.Synchronize(); err != nil {
+		return err
+	}
+	for i := uintptr(0); i < chunks; i++ {
+		off, k := at(i)
+		if err := dd.Submit(dst+off, bufs[i%2], k, dq); err != nil {
 			return err
 		}
-		if err := dd.Submit(dst+off, buf, k, nil); err != nil {
+		if i+1 < chunks {
+			off, k := at(i + 1)
+			if err := sd.Retrieve(bufs[(i+1)%2], src+off, k, sq); err != nil {
+				return errors.Join(err, dq.Synchronize())
+			}
+		}
+		// Chunk i+1 has landed in its buffer, and chunk i's buffer is free.
+		if err := errors.Join(sq.Synchronize(), dq.Synchronize()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// pageSize rounds the bounce buffers; any multiple of the real page works.
+const pageSize = 64 << 10
 
 func (d *Device) checkCopy(what string, dst, src, n uintptr) error {
 	if err := d.usable(); err != nil {

@@ -34,6 +34,9 @@ type device struct {
 
 	smu         sync.Mutex
 	syncStreams []uintptr // idle streams of synchronous copies
+
+	pmu   sync.Mutex
+	peers map[*device]peerState // what PeerAccess found, per other device
 }
 
 // keepSyncStreams bounds the idle streams a device keeps for synchronous

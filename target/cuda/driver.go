@@ -52,6 +52,7 @@ type driver struct {
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                                uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                    uintptr
 	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy         uintptr
+	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuMemcpyPeerAsync                        uintptr
 
 	regs registrations
 }
@@ -107,6 +108,9 @@ func (d *driver) table() []entry {
 		opt("cuEventQuery", &d.cuEventQuery),
 		opt("cuEventSynchronize", &d.cuEventSynchronize),
 		ver(opt("cuEventDestroy", &d.cuEventDestroy)),
+		opt("cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer),
+		opt("cuCtxEnablePeerAccess", &d.cuCtxEnablePeerAccess),
+		opt("cuMemcpyPeerAsync", &d.cuMemcpyPeerAsync),
 	}
 }
 

@@ -34,6 +34,12 @@
  *     not canonical); copies also accept the host address itself, as unified
  *     addressing does. Managed memory (cuMemAllocManaged) is host memory whose
  *     device address is the host address.
+ *   - Peers: FAKECUDA_PEER (default "all"; "none"; pairs "0-1,1-2") says which
+ *     devices cuDeviceCanAccessPeer lets reach each other;
+ *     cuCtxEnablePeerAccess enables one direction (a second time:
+ *     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED; an unreachable peer:
+ *     CUDA_ERROR_INVALID_DEVICE) until a context reset; cuMemcpyPeerAsync
+ *     copies late like any async copy, device memory of the two contexts.
  *   - Registrations are process-wide, as in the driver: registering a range
  *     that overlaps a registered or driver-allocated pinned range returns
  *     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712); unregistering an address
@@ -84,6 +90,7 @@
  *                                          1 managed, 2 host-alloc, 3 registered,
  *                                          4 streams
  *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
+ *   int  fakecuda_peer_enabled(int a, int b) whether a's context may access b's
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -116,6 +123,10 @@ enum {
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
+	CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+	CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
+	CUDA_ERROR_TOO_MANY_PEERS = 711,
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
 	CUDA_ERROR_NOT_PERMITTED = 800,
@@ -139,6 +150,10 @@ static const struct {
 	{500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	{600, "CUDA_ERROR_NOT_READY", "device not ready"},
 	{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
+	{704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+	{705, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", "peer access has not been enabled"},
+	{711, "CUDA_ERROR_TOO_MANY_PEERS", "peer mapping resources exhausted"},
 	{712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
 	{713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
 	{800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
@@ -202,6 +217,7 @@ static size_t g_mem;
 static int g_ccmaj = 9, g_ccmin = 0;
 static struct fake_ctx g_ctx[MAX_DEVICES];
 static size_t g_used[MAX_DEVICES];
+static unsigned char g_peer[MAX_DEVICES][MAX_DEVICES]; /* [a][b]: context a may access b's memory */
 static CUdeviceptr g_next[MAX_DEVICES];
 static struct region *g_regions;
 static struct fake_stream *g_streams;
@@ -596,6 +612,8 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
    pages; the real driver would unmap them) but no longer pinned or known. */
 static void reset_ctx(int dev) {
 	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < MAX_DEVICES; i++)
+		g_peer[dev][i] = g_peer[i][dev] = 0;
 	for (struct region **pp = &g_regions; *pp;) {
 		struct region *x = *pp;
 		if (x->dev != dev) {
@@ -684,6 +702,75 @@ API CUresult cuCtxGetCurrent(CUcontext *c) {
 		return ready();
 	*c = t_cur;
 	return CUDA_SUCCESS;
+}
+
+/* ---- peers ---- */
+
+/* can_peer: FAKECUDA_PEER says which devices reach each other: "all" (the
+   default, an NVLink node), "none" (PCIe without P2P), or pairs "0-1,2-3"
+   (each both ways). A device never counts as its own peer. */
+static int can_peer(int a, int b) {
+	if (a == b)
+		return 0;
+	const char *v = getenv("FAKECUDA_PEER");
+	if (!v || !*v || strcmp(v, "all") == 0)
+		return 1;
+	if (strcmp(v, "none") == 0)
+		return 0;
+	while (*v) {
+		char *end;
+		long x = strtol(v, &end, 10);
+		if (end == v || *end != '-')
+			break;
+		long y = strtol(end + 1, &end, 10);
+		if ((x == a && y == b) || (x == b && y == a))
+			return 1;
+		v = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
+API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+	ENTER("cuDeviceCanAccessPeer");
+	if (!can)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(dev) || !valid_dev(peer))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*can = can_peer(dev, peer);
+	return CUDA_SUCCESS;
+}
+
+/* live_ctx: c is a primary context that is retained. */
+static int live_ctx(CUcontext c) { return c >= &g_ctx[0] && c < &g_ctx[g_ndev] && c->refs > 0; }
+
+API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+	ENTER("cuCtxEnablePeerAccess");
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	if (!live_ctx(peer))
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	else if (!can_peer(t_cur->dev, peer->dev))
+		r = CUDA_ERROR_INVALID_DEVICE;
+	else if (g_peer[t_cur->dev][peer->dev])
+		r = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+	else
+		g_peer[t_cur->dev][peer->dev] = 1;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+/* fakecuda_peer_enabled: whether context a was given access to b's memory. */
+API int fakecuda_peer_enabled(int a, int b) {
+	pthread_mutex_lock(&g_mu);
+	int v = a >= 0 && b >= 0 && a < MAX_DEVICES && b < MAX_DEVICES ? g_peer[a][b] : -1;
+	pthread_mutex_unlock(&g_mu);
+	return v;
 }
 
 /* ---- memory ---- */
@@ -1304,6 +1391,28 @@ API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream
 
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
 	ENTER("cuMemcpyDtoDAsync");
+	return copy(NULL, dst, NULL, src, n, s, 1);
+}
+
+/* cuMemcpyPeerAsync copies between memory of two contexts; the driver does
+   not require peer access (it stages through the host then), so neither
+   does the fake. Each pointer must be memory of its context's device. */
+API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s) {
+	ENTER("cuMemcpyPeerAsync");
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	if (!live_ctx(dctx) || !live_ctx(sctx))
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	else {
+		struct region *d = find_dev(dst), *x = find_dev(src);
+		if (!d || !x || d->kind != K_DEVICE || x->kind != K_DEVICE || d->dev != dctx->dev || x->dev != sctx->dev)
+			r = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (r)
+		return r;
 	return copy(NULL, dst, NULL, src, n, s, 1);
 }
 

@@ -1,0 +1,137 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+var _ plugin.PeerCopier = (*device)(nil)
+
+// peerState is what a device knows about reaching another one.
+type peerState int8
+
+const (
+	peerUnknown peerState = iota
+	peerYes
+	peerNo
+)
+
+// PeerAccess reports whether d and peer (another device of this driver)
+// copy directly: both directions pass cuDeviceCanAccessPeer, and each
+// context is given access to the other's memory (cuCtxEnablePeerAccess; an
+// access already enabled counts, too many peers means no). The answer is
+// kept for the pair, in both devices, as LLVM's plugin keeps it.
+func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
+	o, ok := peer.(*device)
+	if !ok || o.drv != d.drv || o == d {
+		return false, nil
+	}
+	d.pmu.Lock()
+	st := d.peers[o]
+	d.pmu.Unlock()
+	switch st {
+	case peerYes:
+		return true, nil
+	case peerNo:
+		return false, nil
+	}
+	drv := d.drv
+	if drv.cuDeviceCanAccessPeer == 0 || drv.cuCtxEnablePeerAccess == 0 || drv.cuMemcpyPeerAsync == 0 {
+		d.setPeer(o, peerNo)
+		return false, nil
+	}
+	if err := d.Open(); err != nil {
+		return false, err
+	}
+	if err := o.Open(); err != nil {
+		return false, err
+	}
+	for _, pair := range [2][2]*device{{d, o}, {o, d}} {
+		a, b := pair[0], pair[1]
+		var can int32
+		if err := drv.check("cuDeviceCanAccessPeer", call(drv.cuDeviceCanAccessPeer, uintptr(unsafe.Pointer(&can)), uintptr(a.dev), uintptr(b.dev))); err != nil {
+			return false, fmt.Errorf("%v: peer access to %v: %w", a, b, err)
+		}
+		if can == 0 {
+			d.setPeer(o, peerNo)
+			return false, nil
+		}
+	}
+	for _, pair := range [2][2]*device{{d, o}, {o, d}} {
+		a, b := pair[0], pair[1]
+		var r result
+		err := a.withCtx("cuCtxEnablePeerAccess", func() result {
+			r = call(drv.cuCtxEnablePeerAccess, b.ctx, 0)
+			if r == cudaErrorPeerAlreadyEnabled || r == cudaErrorTooManyPeers {
+				return cudaSuccess
+			}
+			return r
+		})
+		if err != nil {
+			return false, fmt.Errorf("%v: peer access to %v: %w", a, b, err)
+		}
+		if r == cudaErrorTooManyPeers {
+			d.setPeer(o, peerNo)
+			return false, nil
+		}
+	}
+	d.setPeer(o, peerYes)
+	return true, nil
+}
+
+func (d *device) setPeer(o *device, st peerState) {
+	for _, pair := range [2][2]*device{{d, o}, {o, d}} {
+		pair[0].pmu.Lock()
+		if pair[0].peers == nil {
+			pair[0].peers = map[*device]peerState{}
+		}
+		pair[0].peers[pair[1]] = st
+		pair[0].pmu.Unlock()
+	}
+}
+
+// CopyPeer copies n bytes from src on srcDev to dst on dstDev with
+// cuMemcpyPeerAsync, on q's stream or, with q nil, on a stream of d's own
+// that it synchronizes (complete on return). d is one of the two devices.
+func (d *device) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev plugin.Impl, n uintptr, q plugin.QueueImpl) error {
+	dd, ok1 := dstDev.(*device)
+	sd, ok2 := srcDev.(*device)
+	if !ok1 || !ok2 || (dd != d && sd != d) || dd.drv != d.drv || sd.drv != d.drv {
+		return fmt.Errorf("%v: peer copy between %T and %T: %w", d, dstDev, srcDev, ErrInvalid)
+	}
+	if n == 0 {
+		return nil
+	}
+	if dst == 0 || src == 0 {
+		return fmt.Errorf("%v: peer copy of %d bytes from %#x to %#x: %w", d, n, src, dst, ErrInvalid)
+	}
+	if d.drv.cuMemcpyPeerAsync == 0 {
+		return fmt.Errorf("%v: cuMemcpyPeerAsync missing in %s: %w", d, d.drv.lib.Path, ErrNotSupported)
+	}
+	for _, x := range []*device{dd, sd} {
+		if err := x.Open(); err != nil {
+			return err
+		}
+	}
+	enqueue := func(s uintptr) result { return call(d.drv.cuMemcpyPeerAsync, dst, dd.ctx, src, sd.ctx, n, s) }
+	var err error
+	if q == nil {
+		err = d.syncCopy("cuMemcpyPeerAsync", enqueue)
+	} else {
+		s, ok := q.(*Queue)
+		if !ok || s.d != d {
+			return fmt.Errorf("%v: peer copy on a queue of another device (%T): %w", d, q, ErrInvalid)
+		}
+		stream := s.handle()
+		if stream == 0 {
+			return fmt.Errorf("%v: peer copy: queue %w", d, ErrClosed)
+		}
+		err = d.withCtx("cuMemcpyPeerAsync", func() result { return enqueue(stream) })
+	}
+	if err != nil {
+		return fmt.Errorf("%v: peer copy of %d bytes from %#x on %v to %#x on %v: %w", d, n, src, sd, dst, dd, err)
+	}
+	return nil
+}

@@ -66,6 +66,8 @@ type Allocator struct {
 	poolUsed  atomic.Int64
 	shards    shards
 	destroyed atomic.Bool
+
+	pinFb pinFallback // what to say when a failed pin first falls back
 }
 
 // Handle returns the allocator's omp.h handle.
@@ -271,13 +273,18 @@ func hostHeap() *heap.Heap {
 	return hostH
 }
 
-// New makes an allocator on memory space ms with the given options.
+// New makes an allocator on memory space ms with the given options. Unlike
+// NewFromTraits, a pinned allocator's fallback is null_fb unless an option
+// names one (see WithPinned): what was asked pinned is pinned, or an error.
 func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
 	ts := c.traits
+	if c.pinnedWithoutFallback() {
+		ts = append(ts, traits.Trait{Key: traits.Fallback, Value: traits.NullFb})
+	}
 	if c.fbAlloc != nil {
 		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.handle)})
 	}

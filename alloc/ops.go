@@ -128,13 +128,22 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 			return nil, cause
 		}
 		a.fallbackTaken()
+		if errors.Is(cause, ErrPinFailed) {
+			a.pinFellBack(cause, fb)
+		}
 		// The block still owes the alignment of the allocator asked.
 		align = max(a.align, align)
 		p, err := fb.try(size, align, zero)
 		if err == nil {
 			return p, nil
 		}
-		return fb.fallback(size, align, zero, err, depth+1)
+		q, err := fb.fallback(size, align, zero, err, depth+1)
+		if err == nil {
+			return q, nil
+		}
+		// Keep the first cause (errors.Is ErrPinFailed, say) and the
+		// allocator that was asked.
+		return nil, fmt.Errorf("%w; its fallback %v failed too: %w", cause, fb, err)
 	}
 	return nil, cause // null_fb
 }

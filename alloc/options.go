@@ -22,6 +22,15 @@ func WithAlignment(a uintptr) Option { return trait(traits.Alignment, a) }
 func WithPoolSize(n uintptr) Option { return trait(traits.PoolSize, n) }
 
 // WithPinned page-locks the allocator's memory through the pin device.
+//
+// A pinned allocator made with New never hands out unpinned memory unless
+// asked to: without a WithFallback or WithFallbackAllocator option its
+// fallback is traits.NullFb, so a pin that fails (the pinned-bytes limit,
+// RLIMIT_MEMLOCK, vm.max_map_count, a driver error) is an error matching
+// ErrPinFailed. WithFallback(traits.DefaultMemFb) asks for plain memory
+// instead (Stats().Fallbacks counts it). NewFromTraits and kmp keep
+// OpenMP's default, default_mem_fb; kmp warns once per allocator when a
+// failed pin first sends a block to the fallback.
 func WithPinned(p bool) Option {
 	v := traits.False
 	if p {
@@ -45,6 +54,21 @@ func WithFallbackAllocator(fb *Allocator) Option {
 		c.traits = append(c.traits, traits.Trait{Key: traits.Fallback, Value: traits.AllocatorFb})
 		c.fbAlloc = fb
 	}
+}
+
+// pinnedWithoutFallback reports whether the options ask for pinned memory
+// and say nothing about the fallback.
+func (c *config) pinnedWithoutFallback() bool {
+	pinned := false
+	for _, t := range c.traits {
+		switch t.Key {
+		case traits.Fallback:
+			return false
+		case traits.Pinned:
+			pinned = t.Value == traits.True
+		}
+	}
+	return pinned
 }
 
 // WithTrait sets any trait by key, as omp_alloctrait_t does.

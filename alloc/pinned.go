@@ -306,3 +306,29 @@ func Pinned() PinnedStats {
 	st.LockTime = time.Duration(pinStats.lockNanos.Load())
 	return st
 }
+
+// pinFallback is an allocator's notice of its first failed pin that went to
+// the fallback.
+type pinFallback struct {
+	notify atomic.Pointer[func(cause error, fb *Allocator)]
+	done   atomic.Bool
+}
+
+// NotifyPinFallback makes f run once, the first time a failed pin (an
+// error matching ErrPinFailed) sends one of a's allocations to its
+// fallback, with the cause and the fallback allocator. kmp uses it to warn,
+// since OpenMP's default_mem_fb otherwise hands out unpinned memory in
+// silence. nil removes f.
+func (a *Allocator) NotifyPinFallback(f func(cause error, fb *Allocator)) {
+	if f == nil {
+		a.pinFb.notify.Store(nil)
+		return
+	}
+	a.pinFb.notify.Store(&f)
+}
+
+func (a *Allocator) pinFellBack(cause error, fb *Allocator) {
+	if f := a.pinFb.notify.Load(); f != nil && a.pinFb.done.CompareAndSwap(false, true) {
+		(*f)(cause, fb)
+	}
+}

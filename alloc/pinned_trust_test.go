@@ -184,3 +184,43 @@ func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
 	_, used = PinnedLimit()
 	require.Equal(t, baseUsed, used)
 }
+
+// Issue 9, item 6: WithPinned(true) never hands unpinned memory to a caller
+// who did not ask for a fallback; with one, a fallback that fails too keeps
+// the first cause and names the allocator that was asked.
+func TestPinnedNeverFallsBackUnasked(t *testing.T) {
+	Trim()
+	old := SetPinnedLimit(1) // every new chunk is refused
+	defer SetPinnedLimit(old)
+
+	a := mustNew(t, memspace.Default, WithPinned(true))
+	defer func() { require.NoError(t, a.Destroy()) }()
+	require.Equal(t, traits.FallbackMode(traits.NullFb), a.Traits().Fallback)
+	p, err := a.Alloc(64)
+	require.ErrorIs(t, err, ErrPinFailed)
+	require.Nil(t, p)
+	require.ErrorContains(t, err, a.String())
+	require.Zero(t, a.Stats().Fallbacks)
+
+	// Asked for: plain memory, counted.
+	b := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.DefaultMemFb))
+	defer func() { require.NoError(t, b.Destroy()) }()
+	q, err := b.Alloc(64)
+	require.NoError(t, err)
+	require.NotNil(t, q)
+	require.False(t, isPinned(t, q))
+	require.Equal(t, uint64(1), b.Stats().Fallbacks)
+	require.NoError(t, Free(q))
+
+	// The fallback fails too: the first cause stays, with the allocator asked.
+	_, err = b.Alloc(1 << 45)
+	require.ErrorIs(t, err, ErrPinFailed)
+	require.ErrorContains(t, err, b.String())
+	require.ErrorContains(t, err, "omp_default_mem_alloc")
+
+	// NewFromTraits keeps OpenMP's default_mem_fb.
+	c, err := NewFromTraits(memspace.Default, []traits.Trait{{Key: traits.Pinned, Value: traits.True}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Destroy()) }()
+	require.Equal(t, traits.FallbackMode(traits.DefaultMemFb), c.Traits().Fallback)
+}

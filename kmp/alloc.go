@@ -21,6 +21,13 @@ func InitAllocator(ms MemspaceHandle, ts []AllocTrait) AllocatorHandle {
 		warnf("omp_init_allocator: %v; returning omp_null_allocator", err)
 		return NullAllocator
 	}
+	if a.Traits().Pinned {
+		// OpenMP's fallback hands out unpinned memory without a word; say
+		// it once per allocator.
+		a.NotifyPinFallback(func(cause error, fb *alloc.Allocator) {
+			warnf("omp_alloc: %v; this and later blocks of %v that cannot be pinned come from %v, unpinned", cause, a, fb)
+		})
+	}
 	return AllocatorHandle(a.Handle())
 }
 

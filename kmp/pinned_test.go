@@ -1,7 +1,9 @@
 package kmp
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -39,4 +41,36 @@ func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	require.NotNil(t, q)
 	require.True(t, d.Registry().IsPinned(uintptr(q)), "later blocks are locked")
 	Free(q, a)
+}
+
+// Issue 9, item 6: a pinned allocator with OpenMP's default_mem_fb keeps
+// serving unpinned memory when pinning fails, and says so once.
+func TestPinFallbackWarnsOnce(t *testing.T) {
+	alloc.Trim()
+	old := alloc.SetPinnedLimit(1) // every new chunk is refused
+	defer alloc.SetPinnedLimit(old)
+	a := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkPinned, AtvTrue}})
+	require.NotEqual(t, NullAllocator, a)
+	defer DestroyAllocator(a)
+	var ps []unsafe.Pointer
+	w := captureWarnings(t, func() {
+		for i := 0; i < 3; i++ {
+			p := Alloc(64, a)
+			require.NotNil(t, p, "default_mem_fb serves")
+			ps = append(ps, p)
+		}
+	})
+	for _, p := range ps {
+		Free(p, a)
+	}
+	require.Equal(t, 1, strings.Count(w, "\n"), "%q", w)
+	require.Contains(t, w, "cannot pin memory")
+	require.Contains(t, w, "pinned-memory limit")
+	require.Contains(t, w, "omp_default_mem_alloc, unpinned")
+
+	// Another allocator warns for itself.
+	b := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkPinned, AtvTrue}})
+	defer DestroyAllocator(b)
+	w = captureWarnings(t, func() { Free(Alloc(64, b), b) })
+	require.Equal(t, 1, strings.Count(w, "\n"), "%q", w)
 }

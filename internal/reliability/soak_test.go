@@ -94,7 +94,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 		require.NoError(t, err, name)
 		return soakAlloc{name: name, a: a, align: max(align, 16), mayFail: mayFail, isPinned: pinnedA}
 	}
-	pinnedFb := mk("pinned,default_mem_fb", false, true, 64, alloc.WithPinned(true), alloc.WithAlignment(64))
+	pinnedFb := mk("pinned,default_mem_fb", false, true, 64, alloc.WithPinned(true), alloc.WithAlignment(64), alloc.WithFallback(traits.DefaultMemFb))
 	allocs := []soakAlloc{
 		{name: "omp_default_mem_alloc", a: alloc.Default(), align: 16},
 		mk("alignment=256", false, false, 256, alloc.WithAlignment(256), alloc.WithFallback(traits.NullFb)),

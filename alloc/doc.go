@@ -3,9 +3,41 @@
 // heap (stable pointers, safe to pass to C and GPU drivers, never moved or
 // scanned by the garbage collector).
 //
-//	a, err := alloc.New(memspace.Default, alloc.WithAlignment(64), alloc.WithPinned(true))
-//	xs, err := alloc.Make[float32](a, 1<<20)
+// # Using it
+//
+// Make an allocator, pinned (page-locked) if the memory goes to a GPU, take
+// typed slices from it, free them, and read its counters:
+//
+//	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithAlignment(64))
+//	if err != nil { ... }
+//	defer a.Destroy()
+//	xs, err := alloc.Make[float32](a, 1<<20) // zeroed, len == cap
+//	if err != nil { ... }
 //	defer alloc.FreeSlice(a, xs)
+//	fmt.Println(a.Stats().BytesLive, a.Stats().PinnedBytes)
+//
+// Slices: Make returns a zeroed []T of plain-data T; FreeSlice frees it
+// (and refuses a slice re-sliced from further in, grown by append, or from
+// another allocator); Resize grows or shrinks it, where it lies when the
+// block has room; InspectSlice says whose it is, its size and whether it is
+// pinned. NewBuffer wraps a slice with a warning if it is dropped unfreed.
+//
+// Byte buffers for libraries that take an allocator: Bytes returns a value
+// with the method set of Apache Arrow Go's memory.Allocator (Allocate,
+// Reallocate, Free), so Arrow builders, readers and kernels allocate in
+// ompalloc memory without either module importing the other. gonum
+// (mat.NewDense over a Make[float64] slice) and gorgonia
+// (tensor.WithBacking) take slices from Make directly; the README shows
+// all three.
+//
+// Raw memory: Alloc, Calloc, AlignedAlloc, Realloc and Free work on
+// unsafe.Pointer as omp_alloc and friends do, and Inspect describes a
+// block.
+//
+// Errors are wrapped sentinels: test them with errors.Is (ErrPoolExhausted,
+// ErrPinFailed, ErrOutOfMemory, ErrInvalidPointer, ErrDoubleFree, ...).
+//
+// # How it works
 //
 // Every allocator, predefined or made here, has a Handle: the
 // omp_allocator_handle_t that package kmp hands to C-style code. Both APIs

@@ -1,0 +1,137 @@
+package alloc
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// ByteAlignment is the alignment of every slice a ByteAllocator returns, at
+// least: Arrow's buffers assume 64 bytes (one cache line, an AVX-512
+// vector). An allocator aligned more strictly keeps its own alignment.
+const ByteAlignment = 64
+
+// ByteAllocator hands out []byte in an allocator's memory. Its method set is
+// that of Apache Arrow Go's memory.Allocator, so a value plugs into every
+// Arrow builder, IPC reader and compute kernel without this module
+// importing Arrow:
+//
+//	var mem memory.Allocator = alloc.Bytes(pinned)
+//	b := array.NewFloat64Builder(mem)
+//
+// As Arrow's own allocators do, it returns zeroed memory, len == size
+// (and cap == len), aligned to ByteAlignment; Allocate(0) is a valid empty
+// slice; Free takes anything Allocate or Reallocate returned, also
+// re-sliced to length 0 (a slice that starts where the block does).
+// Reallocate keeps the block where it lies when it has room, else moves it;
+// bytes beyond the old size are zero either way. The blocks count in the
+// allocator's Stats like any other, and Free, Inspect and FreeSlice accept
+// them.
+//
+// The interface has no error results, so failures panic, with an error
+// value that errors.Is matches against this package's sentinels: out of
+// memory (ErrOutOfMemory, ErrPinFailed, ErrPoolExhausted, after the
+// allocator's fallback has had its turn), a negative size
+// (ErrInvalidArgument), a destroyed allocator (ErrDestroyed), and a slice
+// that did not come from this allocator or its fallbacks (ErrInvalidPointer,
+// ErrDoubleFree, ErrInvalidArgument). A program that must survive running
+// out recovers the panic, or gives the allocator a fallback. A
+// ByteAllocator is safe for concurrent use.
+type ByteAllocator struct{ a *Allocator }
+
+// Bytes returns a's byte allocator; nil means the default allocator (as it
+// is now: a later SetDefault does not change the result). Device memory
+// that the host cannot touch (TargetDevice on a GPU) cannot back a []byte:
+// Allocate panics with ErrNotSupported.
+func Bytes(a *Allocator) ByteAllocator {
+	if a == nil {
+		a = Default()
+	}
+	return ByteAllocator{a: a}
+}
+
+// Allocate returns size zeroed bytes (len == cap == size).
+func (b ByteAllocator) Allocate(size int) []byte {
+	if size < 0 {
+		panic(b.fail("Allocate", size, fmt.Errorf("%w: negative size", ErrInvalidArgument)))
+	}
+	if size == 0 {
+		return []byte{}
+	}
+	p, err := b.a.AlignedCalloc(ByteAlignment, uintptr(size), 1)
+	if err == nil && p == nil {
+		err = fmt.Errorf("%w: %v returned no memory", ErrNotSupported, b.a)
+	}
+	if err != nil {
+		panic(b.fail("Allocate", size, err))
+	}
+	return unsafe.Slice((*byte)(p), size)
+}
+
+// Reallocate resizes buf, which Allocate or Reallocate returned, to size
+// bytes and returns the new slice; buf must not be used afterwards. The
+// first min(old, size) bytes are kept, the rest are zero. An empty buf is
+// Allocate(size); size 0 frees buf and returns an empty slice.
+func (b ByteAllocator) Reallocate(size int, buf []byte) []byte {
+	if size < 0 {
+		panic(b.fail("Reallocate", size, fmt.Errorf("%w: negative size", ErrInvalidArgument)))
+	}
+	if cap(buf) == 0 {
+		return b.Allocate(size)
+	}
+	if size == 0 {
+		b.Free(buf)
+		return []byte{}
+	}
+	p := unsafe.Pointer(unsafe.SliceData(buf))
+	info, err := b.owned(buf, "Reallocate")
+	if err != nil {
+		panic(b.fail("Reallocate", size, err))
+	}
+	moved := uintptr(size) > info.Room || uintptr(p)%ByteAlignment != 0
+	if !moved {
+		ok, err := resizeInPlace(p, uintptr(size))
+		if err != nil {
+			panic(b.fail("Reallocate", size, err))
+		}
+		if ok {
+			return unsafe.Slice((*byte)(p), size)
+		}
+	}
+	nb := b.Allocate(size)
+	copy(nb, unsafe.Slice((*byte)(p), min(info.Size, uintptr(size))))
+	if err := Free(p); err != nil {
+		panic(b.fail("Reallocate", size, err))
+	}
+	return nb
+}
+
+// Free releases buf, which Allocate or Reallocate returned (re-sliced to
+// any length, as long as it starts where it did). An empty slice with no
+// capacity is a no-op.
+func (b ByteAllocator) Free(buf []byte) {
+	if cap(buf) == 0 {
+		return
+	}
+	if _, err := b.owned(buf, "Free"); err != nil {
+		panic(b.fail("Free", len(buf), err))
+	}
+	if err := Free(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
+		panic(b.fail("Free", len(buf), err))
+	}
+}
+
+// owned checks that buf is a block of b's allocator (or its fallbacks).
+func (b ByteAllocator) owned(buf []byte, op string) (BlockInfo, error) {
+	info, err := inspectSlice(unsafe.Pointer(unsafe.SliceData(buf)), "Bytes."+op)
+	if err != nil {
+		return BlockInfo{}, err
+	}
+	if err := checkOwner(b.a, info, "Bytes."+op); err != nil {
+		return BlockInfo{}, err
+	}
+	return info, nil
+}
+
+func (b ByteAllocator) fail(op string, size int, err error) error {
+	return fmt.Errorf("ompalloc: alloc: Bytes(%v).%s(%d): %w", b.a, op, size, err)
+}

@@ -1,0 +1,273 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// arrowAllocator is Apache Arrow Go's memory.Allocator (arrow/memory),
+// declared here so that the module need not import Arrow.
+type arrowAllocator interface {
+	Allocate(size int) []byte
+	Reallocate(size int, b []byte) []byte
+	Free(b []byte)
+}
+
+var _ arrowAllocator = Bytes(nil)
+
+func TestBytesMethodSetIsArrowsAllocator(t *testing.T) {
+	got := reflect.TypeOf(ByteAllocator{})
+	want := reflect.TypeOf((*arrowAllocator)(nil)).Elem()
+	require.Equal(t, want.NumMethod(), got.NumMethod(), "exactly Arrow's methods, no more")
+	for i := range want.NumMethod() {
+		m := want.Method(i)
+		g, ok := got.MethodByName(m.Name)
+		require.True(t, ok, m.Name)
+		// The method's type without its receiver.
+		in := make([]reflect.Type, g.Type.NumIn()-1)
+		for j := range in {
+			in[j] = g.Type.In(j + 1)
+		}
+		out := make([]reflect.Type, g.Type.NumOut())
+		for j := range out {
+			out[j] = g.Type.Out(j)
+		}
+		require.Equal(t, m.Type, reflect.FuncOf(in, out, false), m.Name)
+	}
+}
+
+// recovered runs f and returns the error it panicked with (nil if none).
+func recovered(t *testing.T, f func()) (err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			require.True(t, ok, "the panic value is an error: %#v", r)
+			err = e
+		}
+	}()
+	f()
+	return nil
+}
+
+func dataOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func TestBytesAllocate(t *testing.T) {
+	a := mustNew(t, memspace.Default)
+	mem := Bytes(a)
+	for _, size := range []int{1, 15, 63, 64, 100, 4000, 40 << 10, 1 << 20, 5 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			// Dirty the memory the next block is likely to get, so that
+			// zeroing is what the check below sees, not fresh pages.
+			d := mem.Allocate(size)
+			for i := range d {
+				d[i] = 0xff
+			}
+			mem.Free(d)
+
+			b := mem.Allocate(size)
+			require.Len(t, b, size)
+			require.Equal(t, size, cap(b))
+			require.Zero(t, dataOf(b)%ByteAlignment, "64-byte aligned")
+			require.Equal(t, -1, indexNonZero(b), "zeroed")
+			st := a.Stats()
+			require.Equal(t, int64(1), st.BlocksLive)
+			require.Equal(t, int64(size), st.BytesLive, "counted in the allocator's Stats")
+			info, err := InspectSlice(b)
+			require.NoError(t, err)
+			require.Same(t, a, info.Allocator)
+			mem.Free(b[:0]) // re-sliced to length 0: still the block
+			require.Zero(t, a.Stats().BlocksLive)
+		})
+	}
+	z := mem.Allocate(0)
+	require.NotNil(t, z, "Allocate(0) is a valid empty slice")
+	require.Empty(t, z)
+	mem.Free(z)
+	require.Zero(t, a.Stats().Allocs-a.Stats().Frees)
+}
+
+func indexNonZero(b []byte) int {
+	for i, x := range b {
+		if x != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestBytesReallocateInPlaceWhenRoom(t *testing.T) {
+	a := mustNew(t, memspace.Default)
+	mem := Bytes(a)
+	for _, size := range []int{100, 3000, 100 << 10, 3 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			b := mem.Allocate(size)
+			info, err := InspectSlice(b)
+			require.NoError(t, err)
+			room := int(info.Room)
+			require.GreaterOrEqual(t, room, size)
+			p := dataOf(b)
+
+			b = mem.Reallocate(room, b) // grows into the block's room
+			require.Equal(t, p, dataOf(b), "in place")
+			require.Len(t, b, room)
+			for i := range b {
+				b[i] = byte(i) | 1
+			}
+			b = mem.Reallocate(10, b) // shrinks in place
+			require.Equal(t, p, dataOf(b))
+			require.Equal(t, int64(10), a.Stats().BytesLive)
+			b = mem.Reallocate(room, b) // grows again: the bytes past 10 are zero, not the old ones
+			require.Equal(t, p, dataOf(b))
+			require.Equal(t, []byte{1, 1, 3, 3, 5, 5, 7, 7, 9, 9}, b[:10])
+			require.Equal(t, -1, indexNonZero(b[10:]))
+			require.Equal(t, int64(room), a.Stats().BytesLive)
+			require.Equal(t, int64(1), a.Stats().BlocksLive)
+
+			c := mem.Reallocate(room+1, b) // no room: moves
+			require.NotEqual(t, p, dataOf(c))
+			require.Zero(t, dataOf(c)%ByteAlignment)
+			require.Len(t, c, room+1)
+			require.Equal(t, []byte{1, 1, 3, 3, 5, 5, 7, 7, 9, 9}, c[:10])
+			require.Equal(t, -1, indexNonZero(c[10:]))
+			st := a.Stats()
+			require.Equal(t, int64(1), st.BlocksLive, "the old block was freed")
+			require.Equal(t, int64(room+1), st.BytesLive)
+
+			e := mem.Reallocate(0, c)
+			require.Empty(t, e)
+			require.Zero(t, a.Stats().BlocksLive)
+			f := mem.Reallocate(size, e) // an empty slice: Allocate
+			require.Len(t, f, size)
+			mem.Free(f)
+			require.Zero(t, a.Stats().BytesLive)
+		})
+	}
+}
+
+func TestBytesFailuresPanicWithSentinels(t *testing.T) {
+	a := mustNew(t, memspace.Default)
+	other := mustNew(t, memspace.Default)
+	mem, otherMem := Bytes(a), Bytes(other)
+	strict := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallback(traits.NullFb))
+	dead, err := New(memspace.Default)
+	require.NoError(t, err)
+	require.NoError(t, dead.Destroy())
+
+	b := mem.Allocate(100)
+	freed := mem.Allocate(100)
+	mem.Free(freed)
+	goHeap := make([]byte, 100)
+	orig := mem.Allocate(8)
+	appended := append(orig, 1) // grown by append: a copy on the Go heap
+	for _, tc := range []struct {
+		name string
+		f    func()
+		want error
+		text string
+	}{
+		{"negative Allocate", func() { mem.Allocate(-1) }, ErrInvalidArgument, "negative size"},
+		{"negative Reallocate", func() { mem.Reallocate(-1, b) }, ErrInvalidArgument, "negative size"},
+		{"pool exhausted", func() { Bytes(strict).Allocate(2 << 20) }, ErrPoolExhausted, "do not fit"},
+		{"destroyed", func() { Bytes(dead).Allocate(8) }, ErrDestroyed, "destroyed"},
+		{"Go memory", func() { mem.Free(goHeap) }, ErrInvalidPointer, "re-sliced or grown by append"},
+		{"grown by append", func() { mem.Free(appended) }, ErrInvalidPointer, "re-sliced or grown by append"},
+		{"re-sliced", func() { mem.Free(b[16:]) }, ErrInvalidPointer, "re-sliced or grown by append"},
+		{"double free", func() { mem.Free(freed) }, ErrDoubleFree, "already freed"},
+		{"another allocator's", func() { otherMem.Free(b) }, ErrInvalidArgument, "not from " + other.String()},
+		{"Reallocate of another allocator's", func() { otherMem.Reallocate(200, b) }, ErrInvalidArgument, "not from"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := recovered(t, tc.f)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, tc.text)
+			require.Contains(t, err.Error(), "ompalloc: alloc: Bytes(")
+		})
+	}
+	// Nothing was freed or corrupted by the refused calls.
+	info, err := InspectSlice(b)
+	require.NoError(t, err)
+	require.Equal(t, uintptr(100), info.Size)
+	require.Equal(t, int64(2), a.Stats().BlocksLive)
+	mem.Free(b)
+	mem.Free(orig[:0:0]) // no capacity: a no-op
+	require.Equal(t, int64(1), a.Stats().BlocksLive)
+	mem.Free(orig)
+	require.Zero(t, a.Stats().BlocksLive)
+}
+
+func TestBytesFreeThroughFallback(t *testing.T) {
+	// A block the fallback served is the allocator's to free.
+	a := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallback(traits.DefaultMemFb))
+	mem := Bytes(a)
+	b := mem.Allocate(2 << 20)
+	info, err := InspectSlice(b)
+	require.NoError(t, err)
+	require.Equal(t, DefaultMem, info.Allocator.Handle())
+	require.Equal(t, uint64(1), a.Stats().Fallbacks)
+	b = mem.Reallocate(3<<20, b)
+	mem.Free(b)
+	_, err = InspectSlice(b)
+	require.True(t, errors.Is(err, ErrInvalidPointer) || errors.Is(err, ErrDoubleFree), "%v", err)
+}
+
+func TestBytesConcurrent(t *testing.T) {
+	a := mustNew(t, memspace.Default)
+	mem := Bytes(a)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				n := 1 + (i*97+g*13)%5000
+				b := mem.Allocate(n)
+				v := byte(g*31 + i)
+				for j := range b {
+					b[j] = v
+				}
+				b = mem.Reallocate(n*2, b)
+				for j := range n {
+					if b[j] != v {
+						panic(fmt.Sprintf("goroutine %d: byte %d of %d is %d, want %d", g, j, n, b[j], v))
+					}
+				}
+				if indexNonZero(b[n:]) != -1 {
+					panic("grown bytes are not zero")
+				}
+				mem.Free(b)
+			}
+		}()
+	}
+	wg.Wait()
+	st := a.Stats()
+	require.Zero(t, st.BlocksLive)
+	require.Zero(t, st.BytesLive)
+	require.Equal(t, st.Allocs, st.Frees)
+	require.GreaterOrEqual(t, st.Frees, uint64(1200))
+}
+
+func TestBytesOnPinnedAllocator(t *testing.T) {
+	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	mem := Bytes(a)
+	b := mem.Allocate(1000)
+	info, err := InspectSlice(b)
+	require.NoError(t, err)
+	require.True(t, info.Pinned)
+	require.True(t, isPinned(t, unsafe.Pointer(unsafe.SliceData(b))))
+	mem.Free(b)
+	plain := Bytes(mustNew(t, memspace.Default)).Allocate(10)
+	info, err = InspectSlice(plain)
+	require.NoError(t, err)
+	require.False(t, info.Pinned)
+	Bytes(info.Allocator).Free(plain)
+}

@@ -1,0 +1,142 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// BlockInfo describes a live block: what Inspect and InspectSlice return.
+type BlockInfo struct {
+	// Allocator is the allocator whose Stats count the block: the one
+	// asked, or the fallback that served it.
+	Allocator *Allocator
+	// Size is the size of the block in bytes: as asked, or as last resized.
+	Size uintptr
+	// Room is the bytes usable where the block lies: Resize and
+	// Bytes.Reallocate grow into it without copying. 0 for target memory,
+	// which never grows in place.
+	Room uintptr
+	// Pinned says the block is page-locked memory: from a pinned
+	// allocator's pool, or target host memory the driver allocated pinned.
+	Pinned bool
+}
+
+// Inspect describes the live block that starts at p. Pointers this runtime
+// did not return, pointers inside a block and freed blocks are errors
+// (ErrInvalidPointer, ErrDoubleFree).
+func Inspect(p unsafe.Pointer) (BlockInfo, error) {
+	b, room, err := heap.Room(uintptr(p))
+	if err != nil {
+		if errors.Is(err, heap.ErrForeign) {
+			if v, ok := targetBlocks.Load(uintptr(p)); ok {
+				tb := v.(targetBlock)
+				return BlockInfo{Allocator: tb.a, Size: tb.size,
+					Pinned: tb.kind == plugin.MemHost && !tb.dev.IsHost()}, nil
+			}
+		}
+		return BlockInfo{}, pointerError(err)
+	}
+	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room, Pinned: b.Heap != hostHeap()}, nil
+}
+
+// InspectSlice describes the block behind a slice from Make (or Resize):
+// Inspect of its first element. The slice must start where the block
+// does; an empty slice has no block (ErrInvalidArgument).
+func InspectSlice[T any](s []T) (BlockInfo, error) {
+	if cap(s) == 0 {
+		return BlockInfo{}, fmt.Errorf("%w: InspectSlice[%v]: an empty slice has no block", ErrInvalidArgument, typeName[T]())
+	}
+	return inspectSlice(unsafe.Pointer(unsafe.SliceData(s)), "InspectSlice["+typeName[T]()+"]")
+}
+
+// inspectSlice is Inspect for the start of a slice; what names the call
+// for messages ("FreeSlice[float32]").
+func inspectSlice(p unsafe.Pointer, what string) (BlockInfo, error) {
+	info, err := Inspect(p)
+	if err != nil {
+		return BlockInfo{}, sliceError(what, err)
+	}
+	return info, nil
+}
+
+// pointerError makes a heap error one of this package's sentinels.
+func pointerError(err error) error {
+	if errors.Is(err, heap.ErrDoubleFree) {
+		return err // ErrDoubleFree is heap.ErrDoubleFree
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+}
+
+// sliceError explains a bad slice in a user's terms: the usual cause of a
+// slice that does not start at a block is re-slicing it, or appending to
+// it, which copies it to the Go heap.
+func sliceError(what string, err error) error {
+	switch {
+	case errors.Is(err, heap.ErrDoubleFree):
+		return fmt.Errorf("%w: %s: the slice was already freed", ErrDoubleFree, what)
+	case errors.Is(err, heap.ErrInvalid), errors.Is(err, heap.ErrForeign):
+		return fmt.Errorf("%w: %s: the slice was re-sliced or grown by append: free the slice Make returned (%v)",
+			ErrInvalidPointer, what, strings.TrimPrefix(err.Error(), ErrInvalidPointer.Error()+": "))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// checkOwner reports an error unless the block info describes was served
+// for a: by a itself or by an allocator on its fallback chain.
+func checkOwner(a *Allocator, info BlockInfo, what string) error {
+	for f, depth := a, 0; f != nil && depth <= 64; f, depth = f.fb, depth+1 {
+		if f == info.Allocator {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s: the memory came from %v, not from %v: free it with the allocator that made it",
+		ErrInvalidArgument, what, info.Allocator, a)
+}
+
+// resizeInPlace grows or shrinks the heap block at p to size where it lies,
+// zeroing bytes beyond its old size, and counts the change in its
+// allocator's Stats. It reports false, changing nothing, when the block has
+// no room (or is target memory).
+func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
+	old, ok, err := heap.Resize(uintptr(p), size)
+	if err != nil {
+		if errors.Is(err, heap.ErrForeign) && isTarget(p) {
+			return false, nil
+		}
+		return false, pointerError(err)
+	}
+	if !ok {
+		return false, nil
+	}
+	if size > old.Size {
+		cmem.Zero(uintptr(p)+old.Size, size-old.Size)
+	}
+	if a := owner(old.Owner); a != nil {
+		a.shards.t.Resize(int64(old.Size), int64(size))
+	}
+	if leakCheck.Load() {
+		leakResized(p, size)
+	}
+	return true, nil
+}
+
+func typeName[T any]() string {
+	var zero T
+	return fmt.Sprintf("%T", zero)
+}
+
+// leakResized keeps a leak-check record's size true after an in-place
+// resize (the stack stays the allocation's).
+func leakResized(p unsafe.Pointer, size uintptr) {
+	if v, ok := leakStacks.Load(uintptr(p)); ok {
+		r := *v.(*leakRecord)
+		r.size = size
+		leakStacks.Store(uintptr(p), &r)
+	}
+}

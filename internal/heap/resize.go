@@ -1,0 +1,71 @@
+package heap
+
+// Resizing a block where it lies, for Arrow-style reallocators and
+// alloc.Resize: a block's slot or pages often have room beyond the size
+// asked, and using it saves a copy.
+
+import "fmt"
+
+// Room returns the live block at p and the bytes usable from p without
+// moving it: its slot less the header offset (small blocks) or its pages
+// (large ones). It validates p as Inspect does.
+func Room(p uintptr) (Block, uintptr, error) {
+	ch := lookup(p)
+	if ch == nil {
+		return Block{}, 0, fmt.Errorf("%w: %#x", ErrForeign, p)
+	}
+	h := ch.heap
+	s := ch.huge
+	if s == nil {
+		if s = ch.pages[(p-ch.base)>>pageShift].Load(); s == nil {
+			return Block{}, 0, h.notAtBlock(ch, p)
+		}
+	}
+	switch s.state.Load() {
+	case spanSmall:
+		slot, err := checkSmall(s, p)
+		if err != nil {
+			return Block{}, 0, err
+		}
+		hd := hdr(p)
+		return Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}, slot + s.size - p, nil
+	case spanLarge:
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if p != s.base || s.state.Load() != spanLarge {
+			return Block{}, 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		}
+		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}, s.size, nil
+	}
+	return Block{}, 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+}
+
+// Resize records size as the requested size of the live block at p when
+// the block has room for it where it lies (0 < size <= Room), and reports
+// whether it did; old describes the block before. The footprint does not
+// change, nor does any byte of the block: bytes beyond the old size are
+// whatever the slot held, so a caller promising zeroed memory clears them.
+// Like Free, it must not race with a Free of the same block.
+func Resize(p, size uintptr) (old Block, ok bool, err error) {
+	old, room, err := Room(p)
+	if err != nil || size == 0 || size > room {
+		return old, false, err
+	}
+	ch := lookup(p)
+	h := ch.heap
+	s := ch.huge
+	if s == nil {
+		s = ch.pages[(p-ch.base)>>pageShift].Load()
+	}
+	if s.state.Load() == spanSmall {
+		hdr(p).size = uint32(size) // room < 4 MiB: small blocks live in chunks
+		return old, true, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p != s.base || s.state.Load() != spanLarge { // freed since Room: the caller raced a Free
+		return old, false, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	s.req = size
+	return old, true, nil
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -155,6 +156,17 @@ func Free(p unsafe.Pointer) error {
 	if p == nil {
 		return nil
 	}
+	if deferredFrees.Load() > 0 || target.HostInUse() {
+		// A queued copy may still read or write the block (FreeAfter).
+		if deferred, err := freeAfterUse(p); deferred || err != nil {
+			return err
+		}
+	}
+	return freeNow(p)
+}
+
+// freeNow is Free without waiting for copies in flight.
+func freeNow(p unsafe.Pointer) error {
 	if leakCheck.Load() {
 		// Before the block is freed: once it is, another goroutine may get
 		// the same address and record its own stack.

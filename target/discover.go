@@ -155,6 +155,7 @@ func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugi
 // with their device, and forgotten: the devices discovered next start with
 // empty registries.
 func Shutdown() error {
+	syncQueues() // frees waiting on a queue (FreeAfter) happen before the hooks
 	runShutdownHooks()
 	worldMu.Lock()
 	defer worldMu.Unlock()

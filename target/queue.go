@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -33,11 +34,27 @@ type Queue struct {
 }
 
 // pending is something released once the copies issued before it finish.
+// It is the one mechanism of stream-ordered release: staging buffers,
+// transfer locks, the host ranges of pinned copies in flight (which a free
+// waits for) and the functions FreeAfter runs all wait in it.
 type pending struct {
 	seq    uint64
 	buf    stagingBuf // a staging buffer to recycle, if buf.p != 0
 	unlock uintptr    // a host buffer to UnlockUnmapped, if != 0
+	use    hostRange  // host memory a copy in flight reads or writes, if use.n != 0
+	fn     func()     // run once the work before it completed, if not nil
 }
+
+func (p pending) holds() bool { return p.buf.p != 0 || p.unlock != 0 || p.use.n != 0 || p.fn != nil }
+
+// hostRange is [p, p+n) of host memory.
+type hostRange struct{ p, n uintptr }
+
+func (r hostRange) overlaps(p, n uintptr) bool { return r.n != 0 && p < r.p+r.n && r.p < p+n }
+
+// hostUses counts the pending host ranges of all queues: while it is 0, a
+// free need not look for copies in flight (one atomic load).
+var hostUses atomic.Int64
 
 // NewQueue creates a queue on d.
 func (d *Device) NewQueue() (*Queue, error) {
@@ -76,14 +93,21 @@ func (q *Queue) issue(fn func(plugin.QueueImpl) error, p pending) error {
 	if err := fn(q.impl); err != nil {
 		return err
 	}
-	if p.buf.p != 0 || p.unlock != 0 {
+	if p.holds() {
 		q.mu.Lock()
-		p.seq = q.seq
-		q.seq++
-		q.pending = append(q.pending, p)
+		q.appendLocked(p)
 		q.mu.Unlock()
 	}
 	return nil
+}
+
+func (q *Queue) appendLocked(p pending) {
+	p.seq = q.seq
+	q.seq++
+	q.pending = append(q.pending, p)
+	if p.use.n != 0 {
+		hostUses.Add(1)
+	}
 }
 
 // Synchronize waits for all work submitted so far and releases what it held.
@@ -202,8 +226,9 @@ func (q *Queue) destroy() error {
 	return nil
 }
 
-// release returns staging buffers to the pool and unlocks host buffers
-// locked for transfers.
+// release returns staging buffers to the pool, unlocks host buffers locked
+// for transfers, forgets the host ranges of completed copies and runs what
+// FreeAfter deferred, in the order they were handed over.
 func (d *Device) release(done []pending) {
 	for _, p := range done {
 		if p.buf.p != 0 {
@@ -212,7 +237,119 @@ func (d *Device) release(done []pending) {
 		if p.unlock != 0 {
 			_ = d.reg.UnlockUnmapped(p.unlock, d.mapMode)
 		}
+		if p.use.n != 0 {
+			hostUses.Add(-1)
+		}
+		if p.fn != nil {
+			p.fn()
+		}
 	}
+}
+
+// FreeAfter runs free once all work issued on q so far has completed: the
+// stream-ordered release of CUDA's cuMemFreeAsync and PyTorch's
+// record_stream. It runs at the Synchronize, Query or Close that finds that
+// work done, or before FreeAfter returns when it already is; never from a
+// driver thread. alloc.FreeAfter frees a block this way.
+func (q *Queue) FreeAfter(free func()) error {
+	if free == nil {
+		return fmt.Errorf("free after: a nil function: %w", ErrInvalidArgument)
+	}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("free after: %w", ErrQueueClosed)
+	}
+	q.appendLocked(pending{fn: free})
+	// Often the work is done already: then free now, one driver query.
+	if _, err := q.queryAndReleaseLocked(); err != nil {
+		return fmt.Errorf("device %d: free after: %w", q.dev.ID, err)
+	}
+	return nil
+}
+
+// HostInUse reports whether a copy on some queue may still read or write
+// host memory: while it is false, a free need not call FreeAfterUse. It is
+// one atomic load.
+func HostInUse() bool { return hostUses.Load() > 0 }
+
+// FreeAfterUse arranges for free to run once every copy issued so far on
+// any queue whose host side overlaps [p, p+n) (the one-step pinned path,
+// which reads or writes that memory late) has completed, and reports true;
+// it reports false, and does not run free, when no such copy is in flight,
+// so that the caller frees at once. A queue whose work turns out done is
+// released on the way.
+func FreeAfterUse(p, n uintptr, free func()) bool {
+	if n == 0 || !HostInUse() {
+		return false
+	}
+	w := current.Load()
+	if w == nil {
+		return false
+	}
+	var users []*Queue
+	for _, d := range w.devices {
+		d.qmu.Lock()
+		for q := range d.queues {
+			users = append(users, q)
+		}
+		d.qmu.Unlock()
+	}
+	// One countdown over the queues that use the range, plus one held until
+	// every queue has its entry, so that free runs once, after the last.
+	left := &atomic.Int64{}
+	left.Store(1)
+	done := func() {
+		if left.Add(-1) == 0 {
+			free()
+		}
+	}
+	for _, q := range users {
+		q.mu.Lock()
+		if q.closed || !q.usesLocked(p, n) {
+			q.mu.Unlock()
+			continue
+		}
+		left.Add(1)
+		q.appendLocked(pending{fn: done})
+		_, _ = q.queryAndReleaseLocked() // done already: release now; an error keeps it held
+	}
+	if left.Load() == 1 {
+		return false // no queue used it; done was never handed out
+	}
+	done()
+	return true
+}
+
+// syncQueues waits for the work of every open queue and releases what it
+// held, so that the frees waiting on queues are done before Shutdown looks
+// for live pinned blocks. Errors are Close's to report.
+func syncQueues() {
+	w := current.Load()
+	if w == nil {
+		return
+	}
+	for _, d := range w.devices {
+		d.qmu.Lock()
+		qs := make([]*Queue, 0, len(d.queues))
+		for q := range d.queues {
+			qs = append(qs, q)
+		}
+		d.qmu.Unlock()
+		for _, q := range qs {
+			_ = q.Synchronize()
+		}
+	}
+}
+
+// usesLocked reports whether a pending copy of q reads or writes [p, p+n).
+func (q *Queue) usesLocked(p, n uintptr) bool {
+	for _, e := range q.pending {
+		if e.use.overlaps(p, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrQueueClosed: an operation on a queue after Close.

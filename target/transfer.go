@@ -285,7 +285,8 @@ func (d *Device) Submit(dst, src, n uintptr, q *Queue) error {
 		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{})
 	}
 	if d.pinned(src, n) {
-		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{})
+		// The copy reads src late: a free of it waits for the copy (FreeAfter).
+		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{use: hostRange{src, n}})
 	}
 	if q != nil && n <= d.pool.threshold() {
 		if staged, err := d.submitStaged(dst, src, n, q); staged {
@@ -336,7 +337,7 @@ func (d *Device) Retrieve(dst, src, n uintptr, q *Queue) error {
 		return d.copy(dst, src, n, plugin.DeviceToHost, q, pending{})
 	}
 	if d.pinned(dst, n) {
-		return d.copy(dst, src, n, plugin.DeviceToHost, q, pending{})
+		return d.copy(dst, src, n, plugin.DeviceToHost, q, pending{use: hostRange{dst, n}})
 	}
 	return d.copyMapped(dst, src, n, dst, plugin.DeviceToHost, q)
 }

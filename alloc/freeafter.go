@@ -1,0 +1,141 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/target"
+)
+
+// Stream-ordered release. A block an asynchronous copy on a target.Queue
+// reads or writes must not be handed out again before that copy completed,
+// even when the program frees it right after submitting (the hazard
+// PyTorch's record_stream and CuPy's pinned pool guard against). Free asks
+// target whether a pinned copy in flight overlaps the block, and if so the
+// free waits on those queues, in the same pending list that recycles their
+// staging buffers; FreeAfter does the same for work the runtime cannot see
+// (a kernel reading the block, say), as cuMemFreeAsync does.
+
+// deferred holds the blocks whose free waits for a queue, so that a second
+// Free of one is a double free rather than a second deferred free;
+// deferredFrees is its size, read without the lock by Free.
+var (
+	deferredMu    sync.Mutex
+	deferred      = map[uintptr]struct{}{}
+	deferredFrees atomic.Int64
+)
+
+// FreeAfter frees p once all work issued on q so far has completed: the
+// stream-ordered free of cuMemFreeAsync (cudaFreeAsync), what PyTorch's
+// record_stream arranges. p may be read or written by anything ordered on q
+// until then, and must not be used by the program after FreeAfter. The block
+// stays allocated, and counted in the statistics, until it is freed. The
+// free happens at the q.Synchronize, q.Query or q.Close that finds the work
+// done, or before FreeAfter returns when it already is. nil is a no-op; a
+// pointer this runtime did not return, or one already freed or waiting to
+// be, is an error and changes nothing.
+func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
+	if p == nil {
+		return nil
+	}
+	if q == nil {
+		return fmt.Errorf("%w: free after: a nil queue", ErrInvalidArgument)
+	}
+	if _, err := inspectLive(p); err != nil {
+		return err
+	}
+	if !markDeferred(p) {
+		return fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+	}
+	if err := q.FreeAfter(func() { completeDeferred(p) }); err != nil {
+		unmarkDeferred(p)
+		return fmt.Errorf("free after: %w", err)
+	}
+	return nil
+}
+
+// freeAfterUse is Free's slow path while copies are in flight: a block that
+// a queued copy reads or writes is freed once those copies completed.
+// deferred false: free it now.
+func freeAfterUse(p unsafe.Pointer) (deferred bool, err error) {
+	if isDeferred(p) {
+		return true, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+	}
+	b, err := heap.Inspect(uintptr(p))
+	if err != nil {
+		return false, nil // not a live heap block: freeNow says what it is
+	}
+	if !markDeferred(p) {
+		return true, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+	}
+	if target.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
+		return true, nil
+	}
+	unmarkDeferred(p)
+	return false, nil
+}
+
+// inspectLive checks that p is a live block, with Free's errors.
+func inspectLive(p unsafe.Pointer) (heap.Block, error) {
+	b, err := heap.Inspect(uintptr(p))
+	switch {
+	case err == nil:
+		if isDeferred(p) {
+			return b, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+		}
+		return b, nil
+	case errors.Is(err, heap.ErrDoubleFree):
+		return b, err
+	case errors.Is(err, heap.ErrForeign) && isTarget(p):
+		return b, fmt.Errorf("%w: free after of target memory %p: free it with Free", ErrNotSupported, p)
+	}
+	return b, fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+}
+
+func markDeferred(p unsafe.Pointer) bool {
+	deferredMu.Lock()
+	defer deferredMu.Unlock()
+	if _, ok := deferred[uintptr(p)]; ok {
+		return false
+	}
+	deferred[uintptr(p)] = struct{}{}
+	deferredFrees.Add(1)
+	return true
+}
+
+func unmarkDeferred(p unsafe.Pointer) {
+	deferredMu.Lock()
+	defer deferredMu.Unlock()
+	if _, ok := deferred[uintptr(p)]; ok {
+		delete(deferred, uintptr(p))
+		deferredFrees.Add(-1)
+	}
+}
+
+func isDeferred(p unsafe.Pointer) bool {
+	if deferredFrees.Load() == 0 {
+		return false
+	}
+	deferredMu.Lock()
+	defer deferredMu.Unlock()
+	_, ok := deferred[uintptr(p)]
+	return ok
+}
+
+// completeDeferred frees p now that no queue uses it. The block was live
+// and only this runtime could free it since: freeNow cannot fail but for a
+// heap defect, which is counted rather than lost.
+func completeDeferred(p unsafe.Pointer) {
+	unmarkDeferred(p)
+	if err := freeNow(p); err != nil {
+		deferredFailures.Add(1)
+	}
+}
+
+// deferredFailures counts deferred frees that failed (never, but a failure
+// must not vanish without a trace).
+var deferredFailures atomic.Int64

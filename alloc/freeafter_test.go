@@ -1,0 +1,164 @@
+package alloc
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// TestFreeAfterFakeDrivers runs TestFreeAfterChild in a child process whose
+// CUDA and HSA plugins load the fake drivers, which perform async copies
+// 200 ms after they were submitted: a pinned block freed right after
+// submitting a copy from or to it is still read or written by that copy.
+func TestFreeAfterFakeDrivers(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	cudaLib := fakedrv.Build(t, "fakecuda")
+	hsaLib := fakedrv.Build(t, "fakehsa")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFreeAfterChild$", "-test.v", "-test.count=1", "-test.timeout=120s")
+	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=freeafter",
+		"OMPALLOC_CUDA_LIBRARY="+cudaLib, "FAKECUDA_DEVICES=1", "FAKECUDA_COPY_DELAY_US=200000",
+		"OMPALLOC_HSA_LIBRARY="+hsaLib, "FAKEHSA_GPUS=1", "FAKEHSA_COPY_DELAY_US=200000")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestFreeAfterChild", "%s", out)
+}
+
+func TestFreeAfterChild(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "freeafter" {
+		t.Skip("run by TestFreeAfterFakeDrivers")
+	}
+	var accels []*target.Device
+	for _, d := range target.Devices() {
+		if !d.IsHost() {
+			accels = append(accels, d)
+		}
+	}
+	require.Len(t, accels, 2, "one fake CUDA device, one fake AMD GPU")
+	const n = 4096
+	for _, d := range accels {
+		t.Run(d.Plugin(), func(t *testing.T) {
+			a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
+			require.NoError(t, err)
+			defer func() { require.NoError(t, a.Destroy()) }()
+			dev, err := d.Alloc(plugin.MemDevice, n)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+			q, err := d.NewQueue()
+			require.NoError(t, err)
+			defer func() { require.NoError(t, q.Close()) }()
+			block := func() []byte {
+				p, err := a.Alloc(n)
+				require.NoError(t, err)
+				return cmem.Bytes(uintptr(p), n)
+			}
+			fill := func(b []byte, seed byte) []byte {
+				for i := range b {
+					b[i] = byte(i*13) + seed
+				}
+				return append([]byte(nil), b...)
+			}
+			ptr := func(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+			t.Run("free right after a copy from it", func(t *testing.T) {
+				src := block()
+				want := fill(src, 1)
+				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				require.NoError(t, Free(ptr(src)), "freed while the copy reads it")
+				next := block() // the heap would hand the same slot out again
+				fill(next, 2)
+				require.NoError(t, q.Synchronize())
+				back := make([]byte, n)
+				require.NoError(t, d.Retrieve(uintptr(unsafe.Pointer(&back[0])), dev, n, nil))
+				require.True(t, bytes.Equal(want, back), "the device got what the block held when the copy was submitted")
+				_, err := BlockSize(ptr(src))
+				require.ErrorIs(t, err, ErrDoubleFree, "freed once the copy completed")
+				require.NoError(t, Free(ptr(next)))
+			})
+
+			t.Run("free right after a copy into it", func(t *testing.T) {
+				staging := block()
+				want := fill(staging, 3)
+				require.NoError(t, d.Submit(dev, uintptr(ptr(staging)), n, nil))
+				dst := block()
+				require.NoError(t, d.Retrieve(uintptr(ptr(dst)), dev, n, q))
+				require.NoError(t, Free(ptr(dst)), "freed while the copy writes it")
+				next := block()
+				mine := fill(next, 4)
+				require.NoError(t, q.Synchronize())
+				require.True(t, bytes.Equal(mine, next), "the late copy did not write into the next block")
+				require.NotEqual(t, want, mine)
+				require.NoError(t, Free(ptr(next)))
+				require.NoError(t, Free(ptr(staging)))
+			})
+
+			t.Run("FreeAfter", func(t *testing.T) {
+				src := block()
+				want := fill(src, 5)
+				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				require.NoError(t, FreeAfter(ptr(src), q))
+				require.ErrorIs(t, Free(ptr(src)), ErrDoubleFree, "its free already waits")
+				require.ErrorIs(t, FreeAfter(ptr(src), q), ErrDoubleFree)
+				next := block()
+				fill(next, 6)
+				n0 := a.Stats().BlocksLive
+				done, err := q.Query()
+				require.NoError(t, err)
+				require.False(t, done, "the copy runs 200 ms late")
+				require.Equal(t, n0, a.Stats().BlocksLive, "still allocated")
+				require.NoError(t, q.Synchronize())
+				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed by the Synchronize that found the copy done")
+				back := make([]byte, n)
+				require.NoError(t, d.Retrieve(uintptr(unsafe.Pointer(&back[0])), dev, n, nil))
+				require.True(t, bytes.Equal(want, back), "src %p next %p want %x got %x", ptr(src), ptr(next), want[:8], back[:8])
+				require.NoError(t, Free(ptr(next)))
+			})
+
+			t.Run("nothing in flight frees at once", func(t *testing.T) {
+				p := block()
+				require.NoError(t, q.Synchronize())
+				n0 := a.Stats().BlocksLive
+				require.NoError(t, FreeAfter(ptr(p), q))
+				require.Equal(t, n0-1, a.Stats().BlocksLive)
+			})
+		})
+	}
+	require.ErrorIs(t, FreeAfter(unsafe.Pointer(new([64]byte)), nil), ErrInvalidArgument)
+	q, err := accels[0].NewQueue()
+	require.NoError(t, err)
+	require.ErrorIs(t, FreeAfter(unsafe.Pointer(new([64]byte)), q), ErrInvalidPointer, "a Go pointer")
+	require.NoError(t, q.Close())
+
+	// A free still waiting on a queue at Shutdown is done by Shutdown, which
+	// then finds no live pinned block.
+	for _, d := range accels {
+		a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
+		require.NoError(t, err)
+		p, err := a.Alloc(n)
+		require.NoError(t, err)
+		dev, err := d.Alloc(plugin.MemDevice, n)
+		require.NoError(t, err)
+		q, err := d.NewQueue()
+		require.NoError(t, err)
+		require.NoError(t, d.Submit(dev, uintptr(p), n, q))
+		require.NoError(t, Free(p))
+		require.Equal(t, int64(1), a.Stats().BlocksLive, "waits for the copy")
+		_ = dev // Shutdown frees it, after the copy
+		t.Cleanup(func() { require.NoError(t, a.Destroy()) })
+	}
+	require.NoError(t, target.Shutdown())
+	require.Zero(t, deferredFrees.Load())
+	require.Zero(t, deferredFailures.Load())
+	require.False(t, target.HostInUse())
+}

@@ -1,0 +1,87 @@
+package target
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// A copy on the one-step pinned path reads its host memory late: while it
+// is in flight, FreeAfterUse defers a free of any overlapping range until a
+// Synchronize or Query finds the copy done, and lets a free of other memory
+// go at once.
+func TestFreeAfterUse(t *testing.T) {
+	f, d := withFake(t, 0)
+	const n = 8192
+	h := hostMem(t, n)
+	_, err := d.LockMem(h, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.UnlockMem(h)) }()
+	dev, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+
+	require.False(t, HostInUse())
+	f.holdWork()
+	require.NoError(t, d.Submit(dev, h+100, 1000, q), "pinned path, in flight")
+	require.True(t, HostInUse())
+	var freed atomic.Int32
+	require.False(t, FreeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
+	require.True(t, FreeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
+	done, err := q.Query()
+	require.NoError(t, err)
+	require.False(t, done)
+	require.Zero(t, freed.Load(), "not while the copy is in flight")
+	f.release()
+	require.NoError(t, q.Synchronize())
+	require.Equal(t, int32(1), freed.Load(), "once, after the copy")
+	require.False(t, HostInUse())
+	require.False(t, FreeAfterUse(h, n, func() { freed.Add(100) }))
+
+	// Retrieve into pinned memory is tracked too, and Close releases.
+	f.holdWork()
+	require.NoError(t, d.Retrieve(h, dev, n, q))
+	require.True(t, FreeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
+	f.release()
+	require.NoError(t, q.Close())
+	require.Equal(t, int32(2), freed.Load())
+	require.False(t, HostInUse())
+}
+
+// Queue.FreeAfter runs its function once the work issued before it is done,
+// from the Query or Synchronize that finds it so, or at once when the queue
+// is idle; it refuses a nil function and a closed queue.
+func TestQueueFreeAfter(t *testing.T) {
+	f, d := withFake(t, 0)
+	const n = 4096
+	dev, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+
+	var ran atomic.Int32
+	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	require.Equal(t, int32(1), ran.Load(), "an idle queue frees at once")
+
+	f.holdWork()
+	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	done, err := q.Query()
+	require.NoError(t, err)
+	require.False(t, done)
+	require.Equal(t, int32(1), ran.Load())
+	f.release()
+	waitIdle(t, q)
+	require.Equal(t, int32(2), ran.Load(), "the Query that found the queue done ran it")
+
+	require.ErrorIs(t, q.FreeAfter(nil), ErrInvalidArgument)
+	require.NoError(t, q.Close())
+	require.ErrorIs(t, q.FreeAfter(func() { ran.Add(1) }), ErrQueueClosed)
+	require.Equal(t, int32(2), ran.Load())
+}

@@ -90,8 +90,13 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) {
 	al := max(a.align, align)
 	if a.target != nil {
+		if err := a.reservePool(size, int64(size)); err != nil {
+			return nil, err
+		}
 		p, err := a.target.alloc(a, size, al, zero)
-		if err == nil && leakCheck.Load() {
+		if err != nil {
+			a.releasePool(int64(size))
+		} else if leakCheck.Load() {
 			leakRecordAlloc(a, p, size)
 		}
 		return p, err
@@ -99,9 +104,8 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	var foot int64
 	if a.traits.PoolSize > 0 {
 		foot = int64(heap.Footprint(size, al))
-		if used, ok := reserve(&a.poolUsed, foot, int64(a.traits.PoolSize)); !ok {
-			return nil, fmt.Errorf("%w: %v: %d bytes (%d with overhead) do not fit, %d of %d in use",
-				ErrPoolExhausted, a, size, foot, used, a.traits.PoolSize)
+		if err := a.reservePool(size, foot); err != nil {
+			return nil, err
 		}
 	}
 	p, f, err := a.heap.AllocCounted(size, al, uint32(a.handle), zero, a.shards.t)
@@ -109,8 +113,8 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 		a.poolUsed.Add(-foot)
 		return nil, fmt.Errorf("%v: %w", a, err)
 	}
-	if foot > 0 && int64(f) != foot { // a reused huge region may be a little larger
-		a.poolUsed.Add(int64(f) - foot)
+	if foot > 0 && int64(f) != foot {
+		a.poolCharged(p, foot, int64(f))
 	}
 	if leakCheck.Load() {
 		leakRecordAlloc(a, cmem.Ptr(p), size)
@@ -190,7 +194,7 @@ func freeNow(p unsafe.Pointer) error {
 	}
 	// heap.Free counted the block out of a's tally.
 	if a.traits.PoolSize > 0 {
-		a.poolUsed.Add(-int64(b.Footprint))
+		a.releasePool(poolCharge(uintptr(p), b.Footprint))
 	}
 	if a.destroyed.Load() && a.shards.live() == 0 {
 		a.release()

@@ -3,6 +3,8 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"os"
 	"strconv"
 	"strings"
@@ -213,7 +215,7 @@ func (l *limit) init() {
 			if x, err := parseSize(v); err == nil {
 				n = int64(x)
 			} else {
-				fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %v; using %d\n", PinnedLimitEnv, v, err, n)
+				fmt.Fprintf(warnOut, "ompalloc: warning: %s: %v; using the default limit of %d bytes\n", PinnedLimitEnv, err, n)
 			}
 		}
 		l.max.Store(n)
@@ -246,18 +248,33 @@ func PinnedLimit() (max, used uintptr) {
 }
 
 func parseSize(v string) (uintptr, error) {
-	v = strings.TrimSpace(strings.ToUpper(v))
-	mult := uint64(1)
-	for suf, m := range map[string]uint64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40} {
-		if strings.HasSuffix(v, suf) {
-			v, mult = strings.TrimSuffix(v, suf), m
+	t := strings.TrimSpace(strings.ToUpper(v))
+	mult, digits := uint64(1), t
+	if n := len(t); n > 0 {
+		// One suffix at most, the last character: "1KM" is junk, not 1 GiB.
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			digits = t[:n-1]
 		}
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	n, err := strconv.ParseUint(digits, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("not a size: %w", err)
+		return 0, fmt.Errorf("%q is not a size (decimal bytes, or with one suffix K, M, G or T): %w", v, err)
 	}
-	return uintptr(n * mult), nil
+	hi, lo := bits.Mul64(n, mult)
+	if hi != 0 || uint64(uintptr(lo)) != lo || lo > math.MaxInt64 {
+		return 0, fmt.Errorf("%q overflows (more than %d bytes)", v, int64(math.MaxInt64))
+	}
+	return uintptr(lo), nil
 }
 
 var pinStats struct {

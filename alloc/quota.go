@@ -1,6 +1,10 @@
 package alloc
 
-import "sync/atomic"
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
 
 // reserve adds n to *used unless that would take it above max (0: no
 // limit), and reports the count it found. A compare-and-swap loop rather
@@ -16,4 +20,46 @@ func reserve(used *atomic.Int64, n, max int64) (was int64, ok bool) {
 			return was, true
 		}
 	}
+}
+
+// reservePool charges foot bytes of a size-byte block to a's pool_size
+// quota, if it has one.
+func (a *Allocator) reservePool(size uintptr, foot int64) error {
+	if a.traits.PoolSize == 0 {
+		return nil
+	}
+	if used, ok := reserve(&a.poolUsed, foot, int64(a.traits.PoolSize)); !ok {
+		return fmt.Errorf("%w: %v: %d bytes (%d with overhead) do not fit, %d of %d in use",
+			ErrPoolExhausted, a, size, foot, used, a.traits.PoolSize)
+	}
+	return nil
+}
+
+func (a *Allocator) releasePool(n int64) { a.poolUsed.Add(-n) }
+
+// poolCharges records what the quota was charged for blocks whose footprint
+// is not the one Footprint predicted: a reused huge region may be up to a
+// quarter larger than the block needs. The quota is charged what the block
+// needs, as libomp charges it, never more than asked: adding the region's
+// extra bytes could take the count above pool_size.
+var poolCharges sync.Map // block address → charged bytes (int64)
+
+// poolCharged settles the charge of the block at p: foot was reserved, f is
+// its real footprint.
+func (a *Allocator) poolCharged(p uintptr, foot, f int64) {
+	if f < foot {
+		a.releasePool(foot - f) // charged f, which Free takes back
+		return
+	}
+	poolCharges.Store(p, foot)
+}
+
+// poolCharge returns what the block at p with footprint foot was charged.
+func poolCharge(p, foot uintptr) int64 {
+	if foot > 2<<20 { // only huge regions are reused larger than asked
+		if v, ok := poolCharges.LoadAndDelete(p); ok {
+			return v.(int64)
+		}
+	}
+	return int64(foot)
 }

@@ -80,6 +80,9 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 	}
 	b := v.(targetBlock)
 	b.a.count(-int64(b.size), -int64(b.size))
+	if b.a.traits.PoolSize > 0 {
+		b.a.releasePool(int64(b.size))
+	}
 	if b.a.destroyed.Load() && b.a.shards.live() == 0 {
 		b.a.release()
 	}

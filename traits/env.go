@@ -68,8 +68,9 @@ func isEnvKey(k Key) bool {
 // Names and values are compared ignoring case and surrounding white space,
 // as OpenMP specifies for environment variables. The keys are sync_hint,
 // alignment, access, pool_size, fallback, fb_data, pinned and partition;
-// alignment and pool_size take plain decimal numbers of bytes (no sign, no
-// suffix such as K or M: neither LLVM nor libgomp accepts one), fb_data takes
+// alignment and pool_size take plain decimal numbers of bytes below 2^64-1
+// (no sign, no suffix such as K or M: neither LLVM nor libgomp accepts one),
+// every key takes "default" (omp_atv_default: the key's default), fb_data takes
 // a predefined allocator name, pinned takes true or false, the others take
 // value names (fallback=null_fb, access=all, sync_hint=contended,
 // partition=blocked). A key given twice: the last wins, as in FromList.
@@ -164,6 +165,10 @@ func reasonOf(err error) string {
 func parseEnvValue(k Key, text string) (uintptr, error) {
 	r := rules[k]
 	lower := asciiLower(text)
+	// "default" is the key's default, as EnvSpec.String writes omp_atv_default.
+	if lower == "default" {
+		return Default, nil
+	}
 	switch r.kind {
 	case kEnum:
 		for _, a := range r.allowed {
@@ -179,10 +184,11 @@ func parseEnvValue(k Key, text string) (uintptr, error) {
 		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a predefined allocator name", text)}
 	}
 	// Numbers: decimal digits only; ParseUint refuses signs and, in base 10,
-	// underscores.
+	// underscores. 2^64-1 is omp_atv_default's number, not a size: a value
+	// that large is a mistake, not a way to ask for the default.
 	n, err := strconv.ParseUint(text, 10, strconv.IntSize)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) {
+	if err != nil || uintptr(n) == Default {
+		if err == nil || errors.Is(err, strconv.ErrRange) {
 			return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is too large", text)}
 		}
 		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a decimal number of bytes", text)}

@@ -1,0 +1,89 @@
+package alloc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Issue 9, item 7: a reused huge region larger than the block needs never
+// takes PoolUsed above pool_size.
+func TestPoolNeverExceededByReusedHugeRegion(t *testing.T) {
+	Trim()
+	const pool = 7864320 // 7.5 MiB
+	// An 8 MiB region, freed and kept by the host heap.
+	big := mustNew(t, memspace.Default)
+	p, err := big.Alloc(8 << 20)
+	require.NoError(t, err)
+	require.NoError(t, Free(p))
+
+	a := mustNew(t, memspace.Default, WithPoolSize(pool), WithFallback(traits.NullFb))
+	q, err := a.Alloc(7 << 20) // fits the kept 8 MiB region (within a quarter)
+	require.NoError(t, err)
+	st := a.Stats()
+	require.LessOrEqual(t, st.PoolUsed, int64(pool), "PoolUsed %d > PoolSize %d", st.PoolUsed, pool)
+	require.Positive(t, st.PoolUsed)
+	require.NoError(t, Free(q))
+	require.Zero(t, a.Stats().PoolUsed, "what was charged is given back")
+	require.NoError(t, a.Destroy())
+	require.NoError(t, big.Destroy())
+	Trim()
+}
+
+// Issue 9, item 7: pool_size holds on the target memory spaces too.
+func TestPoolSizeOnTargetMemspaces(t *testing.T) {
+	for _, ms := range []memspace.ID{memspace.TargetHost, memspace.TargetShared, memspace.TargetDevice} {
+		t.Run(ms.String(), func(t *testing.T) {
+			a := mustNew(t, ms, WithPoolSize(4096), WithFallback(traits.NullFb))
+			defer func() { require.NoError(t, a.Destroy()) }()
+			_, err := a.Alloc(1 << 20)
+			require.ErrorIs(t, err, ErrPoolExhausted)
+			p, err := a.Alloc(4000)
+			require.NoError(t, err)
+			require.Equal(t, int64(4000), a.Stats().PoolUsed)
+			_, err = a.Alloc(200)
+			require.ErrorIs(t, err, ErrPoolExhausted)
+			require.NoError(t, Free(p))
+			require.Zero(t, a.Stats().PoolUsed)
+		})
+	}
+}
+
+// Issue 9, item 7: OMPALLOC_PINNED_LIMIT parses the same way every time;
+// overflow and junk are errors, and the limit stays the default with one
+// warning line.
+func TestPinnedLimitParsing(t *testing.T) {
+	good := map[string]uintptr{
+		"0": 0, "4096": 4096, " 64k ": 64 << 10, "1M": 1 << 20, "3G": 3 << 30, "2t": 2 << 40,
+		"8388607T": 8388607 << 40,
+	}
+	for in, want := range good {
+		for i := 0; i < 20; i++ { // once parsed by map iteration order: same answer every time
+			got, err := parseSize(in)
+			require.NoError(t, err, in)
+			require.Equal(t, want, got, in)
+		}
+	}
+	for _, in := range []string{"16777216T", "18446744073709551616", "9223372036854775808", "1KM", "1MK", "K", "", "-1", "1.5G", "1 G", "0x10", "12KB"} {
+		_, err := parseSize(in)
+		require.Error(t, err, "%q", in)
+	}
+
+	def := defaultPinnedLimit()
+	for _, in := range []string{"16777216T", "1KM", "lots"} {
+		t.Run(in, func(t *testing.T) {
+			t.Setenv(PinnedLimitEnv, in)
+			warn := captureWarnings(t)
+			l := &limit{}
+			l.init()
+			require.Equal(t, def, l.max.Load(), "the default stays")
+			require.Equal(t, 1, strings.Count(warn.String(), "\n"), "%q", warn.String())
+			require.Contains(t, warn.String(), PinnedLimitEnv)
+			require.Contains(t, warn.String(), in)
+		})
+	}
+}

@@ -136,6 +136,14 @@ func (d *device) withCtx(name string, f func() result) error {
 	if d.closed.Load() {
 		return fmt.Errorf("%s: %v: %w", name, d, ErrClosed)
 	}
+	return d.inCtx(func() error { return d.drv.check(name, f()) })
+}
+
+// inCtx is withCtx for several calls in one section: f names its own errors.
+func (d *device) inCtx(f func() error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("%v: %w", d, ErrClosed)
+	}
 	if err := d.Open(); err != nil {
 		return err
 	}
@@ -144,7 +152,7 @@ func (d *device) withCtx(name string, f func() result) error {
 	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
 		return err
 	}
-	return d.drv.check(name, f())
+	return f()
 }
 
 // Alloc allocates n bytes: device memory (cuMemAlloc_v2), pinned host memory
@@ -272,24 +280,28 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 }
 
 // syncCopy enqueues one copy (enqueue, given the stream) on a stream of the
-// device's own and waits for it to complete.
+// device's own and waits for it to complete, both with the device's context
+// current on one locked thread.
 func (d *device) syncCopy(name string, enqueue func(stream uintptr) result) error {
 	s, err := d.takeSyncStream()
 	if err != nil {
 		return err
 	}
-	if err := d.withCtx(name, func() result { return enqueue(s) }); err != nil {
-		d.putSyncStream(s)
-		return err
-	}
-	// The stream names its context: no current context needed to wait.
-	if err := d.drv.check("cuStreamSynchronize", call(d.drv.cuStreamSynchronize, s)); err != nil {
+	waited := false
+	err = d.inCtx(func() error {
+		if err := d.drv.check(name, enqueue(s)); err != nil {
+			return err
+		}
+		waited = true
+		return d.drv.check("cuStreamSynchronize", call(d.drv.cuStreamSynchronize, s))
+	})
+	if err != nil && waited {
 		// A stream whose work failed is not reused.
 		_ = d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) })
 		return err
 	}
 	d.putSyncStream(s)
-	return nil
+	return err
 }
 
 // takeSyncStream returns an idle stream of synchronous copies, creating one

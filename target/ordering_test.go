@@ -27,26 +27,32 @@ func TestSyncCopiesOrderedBeforeQueues(t *testing.T) {
 	}
 	lib := fakedrv.Build(t, "fakecuda")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSyncCopiesOrderedBeforeQueuesChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), orderingChildEnv+"=1", "OMPALLOC_CUDA_LIBRARY="+lib, "OMPALLOC_DISABLE_HSA=1",
-		"FAKECUDA_DEVICES=2", "FAKECUDA_FAIL=", "FAKECUDA_LEGACY_DELAY_US=20000")
+	hsa := fakedrv.Build(t, "fakehsa")
+	cmd.Env = append(os.Environ(), orderingChildEnv+"=1", "OMPALLOC_CUDA_LIBRARY="+lib, "OMPALLOC_HSA_LIBRARY="+hsa,
+		"OMPALLOC_DISABLE_HSA=", "FAKEHSA_GPUS=2", "FAKECUDA_DEVICES=2", "FAKECUDA_FAIL=", "FAKEHSA_FAIL=", "FAKECUDA_LEGACY_DELAY_US=20000")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "--- PASS: TestSyncCopiesOrderedBeforeQueuesChild", "%s", out)
 }
 
-// Every copy that returns as complete (no queue) is seen by the next copy on
-// a queue of the device: the device-to-device ones (target.Memcpy on one
+// On every accelerator, every copy that returns as complete (no queue) is
+// seen by the next copy on a queue of the device: the device-to-device ones (target.Memcpy on one
 // device, kmp.TargetMemcpy, Exchange) and host-to-device ones from pageable
 // memory (Submit without a queue, Memcpy from the host).
 func TestSyncCopiesOrderedBeforeQueuesChild(t *testing.T) {
 	if os.Getenv(orderingChildEnv) == "" {
 		t.Skip("run by TestSyncCopiesOrderedBeforeQueues")
 	}
-	require.Equal(t, 2, target.NumDevices())
-	host := target.InitialDevice()
-	d, err := target.Get(0)
-	require.NoError(t, err)
-	require.Equal(t, "cuda", d.Plugin())
+	require.Equal(t, 4, target.NumDevices(), "2 CUDA, 2 AMD")
+	for dev := range target.NumDevices() {
+		d, err := target.Get(dev)
+		require.NoError(t, err)
+		t.Run(d.String(), func(t *testing.T) { syncCopiesOrdered(t, d) })
+	}
+}
+
+func syncCopiesOrdered(t *testing.T, d *target.Device) {
+	host, dev := target.InitialDevice(), d.ID
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
@@ -68,16 +74,16 @@ func TestSyncCopiesOrderedBeforeQueuesChild(t *testing.T) {
 		name string
 		copy func() error // writes a's bytes (or h's) to b, complete on return
 	}{
-		{"target.Memcpy on one device", func() error { return target.Memcpy(b, a, n, 0, 0) }},
+		{"target.Memcpy on one device", func() error { return target.Memcpy(b, a, n, dev, dev) }},
 		{"kmp.TargetMemcpy on one device", func() error {
-			if kmp.TargetMemcpy(cmem.Ptr(b), cmem.Ptr(a), n, 0, 0, 0, 0) != 0 {
+			if kmp.TargetMemcpy(cmem.Ptr(b), cmem.Ptr(a), n, 0, 0, dev, dev) != 0 {
 				return os.ErrInvalid
 			}
 			return nil
 		}},
 		{"Exchange without a queue", func() error { return d.Exchange(b, a, n, nil) }},
 		{"Submit without a queue, pageable", func() error { return d.Submit(b, h, n, nil) }},
-		{"target.Memcpy from the host, pageable", func() error { return target.Memcpy(b, h, n, 0, host) }},
+		{"target.Memcpy from the host, pageable", func() error { return target.Memcpy(b, h, n, dev, host) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seed := byte(10 + i)

@@ -23,11 +23,14 @@ Measures, on this machine, what deciding whether to pin needs:
   lock_regions  with N ranges locked: lock+unlock of a contained sub-range
                 (a registry hit) and a registry lookup
   h2d, d2h      with a GPU: copy bandwidth against size (4 KiB .. 1 GiB) from
-                pageable, pinned-allocated and registered host memory
+                pageable, pinned-allocated and registered host memory and,
+                on CUDA, the driver's own peak (cuMemAllocHost memory,
+                cuMemcpy*Async on a stream): the others show ours/peak
   small_copy    with a GPU: submit+synchronize latency of small copies on a
                 queue, with and without the pinned staging pool
 Each case runs for about --time. A table is printed at the end (JSON with
---json); --svg also draws the results as a chart. Progress goes to stderr
+--json), then the transfer goals, met or missed; --svg also draws the results
+as a chart. Progress goes to stderr
 when it is a terminal.
 
 Flags:
@@ -49,6 +52,7 @@ type BenchReport struct {
 	Device       *BenchDevice  `json:"device"` // the device of the transfer groups; null without one
 	Results      []BenchResult `json:"results"`
 	Skipped      []BenchSkip   `json:"skipped"`
+	Goals        []BenchGoal   `json:"goals"`
 	ElapsedNs    int64         `json:"elapsed_ns"`
 }
 
@@ -67,6 +71,7 @@ type BenchResult struct {
 	Regions    int64   `json:"regions,omitempty"`
 	NsPerOp    float64 `json:"ns_per_op"`          // 0 when Error is set
 	GBPerS     float64 `json:"gb_per_s,omitempty"` // h2d and d2h: 10^9 bytes per second
+	OfPeak     float64 `json:"of_peak,omitempty"`  // h2d and d2h: GBPerS over the driver peak's at this size, this run
 	Iterations int     `json:"iterations"`
 	Error      string  `json:"error,omitempty"`
 }
@@ -269,6 +274,8 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		}
 	}
 	bar.finish()
+	annotatePeak(rep)
+	rep.Goals = benchGoals(rep)
 	rep.ElapsedNs = int64(time.Since(start))
 	return rep
 }

@@ -259,6 +259,8 @@ type transferBuffers struct {
 	regOK    bool
 	pin      *alloc.Allocator
 	pinBlk   uintptr
+	peak     *cudaPeak // withPeak on a CUDA device
+	withPeak bool
 	errs     map[string]error
 }
 
@@ -313,10 +315,18 @@ func (t *transferBuffers) setup() error {
 	if err != nil {
 		t.errs["pinned"] = err
 	}
+	if t.withPeak {
+		if t.peak, err = newCUDAPeak(t.dev, t.n); err != nil {
+			t.errs[peakSeries] = err
+		}
+	}
 	return nil
 }
 
 func (t *transferBuffers) teardown() {
+	if t.peak != nil {
+		_ = t.peak.close()
+	}
 	lc, _ := loader.C()
 	if t.pinBlk != 0 {
 		_ = t.pin.Free(cmem.Ptr(t.pinBlk))
@@ -339,17 +349,32 @@ func (t *transferBuffers) teardown() {
 	}
 }
 
-// transferSection: synchronous copies between host and device memory.
+// hasPeak reports whether the driver's own peak is measured on d: CUDA
+// only (cuMemAllocHost + cuMemcpy*Async).
+func hasPeak(d *target.Device) bool { return d.Plugin() == "cuda" }
+
+// transferSection: synchronous copies between host and device memory, and,
+// on a CUDA device, the driver's own peak for the same sizes.
 func transferSection(c *benchConfig, d *target.Device) *benchSection {
 	sizes := sizesOr(c, defaultGPUSizes)
-	t := &transferBuffers{d: d, n: uintptr(maxOf(sizes))}
+	t := &transferBuffers{d: d, n: uintptr(maxOf(sizes)), withPeak: hasPeak(d)}
 	s := &benchSection{setup: t.setup, teardown: t.teardown}
+	allSeries := []string{"pageable", "pinned", "registered"}
+	if t.withPeak {
+		allSeries = append(allSeries, peakSeries)
+	}
 	for _, group := range []string{"h2d", "d2h"} {
-		for _, series := range []string{"pageable", "pinned", "registered"} {
+		for _, series := range allSeries {
 			for _, size := range sizes {
 				group, series, size := group, series, uintptr(size)
 				s.cases = append(s.cases, &benchCase{group: group, series: series, size: int64(size),
 					run: func(budget time.Duration) (float64, int, error) {
+						if series == peakSeries {
+							if err := t.errs[peakSeries]; err != nil {
+								return 0, 0, err
+							}
+							return measure(budget, func(n int) error { return t.peak.copies(group, t.dev, size, n) })
+						}
 						h, err := t.host(series)
 						if err != nil {
 							return 0, 0, err

@@ -21,8 +21,8 @@ var groups = []groupInfo{
 	{name: "alloc_free", title: "alloc+free of one block (time per pair)"},
 	{name: "lock_size", title: "lock+unlock of a range not yet locked (time per pair; a driver call each)"},
 	{name: "lock_regions", title: "with N regions locked: lock+unlock of a contained sub-range, and a lookup", byRegions: true},
-	{name: "h2d", title: "host→device copy bandwidth", bandwidth: true},
-	{name: "d2h", title: "device→host copy bandwidth", bandwidth: true},
+	{name: "h2d", title: "host→device copy bandwidth (in brackets: of the driver peak, same size, this run)", bandwidth: true},
+	{name: "d2h", title: "device→host copy bandwidth (in brackets: of the driver peak)", bandwidth: true},
 	{name: "small_copy", title: "small host→device copy on a queue: submit + synchronize"},
 }
 
@@ -95,6 +95,8 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 						seen[msg] = true
 						failures = append(failures, fmt.Sprintf("%s %s %s: %s", g.name, s, label, r.Error))
 					}
+				case g.bandwidth && r.OfPeak > 0:
+					cells = append(cells, fmt.Sprintf("%s (%.0f%%)", fmtRate(r.GBPerS), r.OfPeak*100))
 				case g.bandwidth:
 					cells = append(cells, fmtRate(r.GBPerS))
 				default:
@@ -116,6 +118,12 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 	}
 	for _, r := range reasons {
 		fmt.Fprintf(w, "\nskipped %s: %s\n", strings.Join(byReason[r], ", "), r)
+	}
+	if len(rep.Goals) > 0 {
+		fmt.Fprintln(w, "\ngoals:")
+		for _, g := range rep.Goals {
+			fmt.Fprintf(w, "  %-10s %s: %s\n", g.Status, g.Goal, g.Detail)
+		}
 	}
 	if len(failures) > 0 {
 		fmt.Fprintln(w, "\nfailures:")

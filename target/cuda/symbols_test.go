@@ -2,20 +2,23 @@ package cuda
 
 import (
 	"bufio"
-	"os"
+	_ "embed"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
+// libcudaSymbols is testdata/libcuda.symbols, embedded so that the test
+// binary runs from any directory (scripts/gpu-check.sh's bundle).
+//
+//go:embed testdata/libcuda.symbols
+var libcudaSymbols string
+
 // realSymbols reads testdata/libcuda.symbols, the exports of Debian's libcuda1.
 func realSymbols(t *testing.T) map[string]bool {
-	f, err := os.Open("testdata/libcuda.symbols")
-	require.NoError(t, err)
-	defer f.Close()
 	syms := map[string]bool{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(strings.NewReader(libcudaSymbols))
 	for sc.Scan() {
 		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
 			syms[l] = true

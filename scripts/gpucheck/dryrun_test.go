@@ -1,0 +1,147 @@
+package gpucheck
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
+)
+
+// DryRunEnv switches TestDryRun on: it builds the whole bundle (seven test
+// binaries and the CLI), too much for every `go test ./...`.
+const DryRunEnv = "OMPALLOC_GPU_DRYRUN"
+
+// copyDir copies the plain files of src into dst, keeping their modes.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dst, 0o755))
+	ents, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, e := range ents {
+		require.True(t, e.Type().IsRegular(), "%s in the bundle is not a plain file", e.Name())
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		require.NoError(t, err)
+		fi, err := e.Info()
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), data, fi.Mode().Perm()))
+	}
+}
+
+// TestDryRun is what a GPU host will do, against the project's fake libcuda
+// (two simulated GPUs): build the bundle here, copy only it and the fake
+// into an empty directory, and run it there with go and gcc off PATH. The
+// run must succeed (status 0, no test failing) and measure h2d and d2h from
+// pinned and pageable memory and the driver's peak.
+func TestDryRun(t *testing.T) {
+	if os.Getenv(DryRunEnv) != "1" {
+		t.Skipf("set %s=1 to build the GPU bundle and dry-run it (.ci/run does)", DryRunEnv)
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH: cannot build the bundle")
+	}
+	fake := fakedrv.Build(t, "fakecuda")
+	path := sandboxPATH(t, append(hostTools, "ls", "timeout")...)
+
+	built := filepath.Join(t.TempDir(), "bundle")
+	cmd := exec.Command("bash", script, "build", built)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build: %s", out)
+
+	// The GPU host: the bundle, the driver, nothing else.
+	host := t.TempDir()
+	bundle := filepath.Join(host, "gpu")
+	copyDir(t, built, bundle)
+	lib := filepath.Join(host, "libcuda.so.1")
+	data, err := os.ReadFile(fake)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(lib, data, 0o755))
+	tmp := filepath.Join(host, "tmp")
+	require.NoError(t, os.Mkdir(tmp, 0o755))
+
+	resOut := filepath.Join(host, "out")
+	run := exec.Command(filepath.Join(path, "bash"), filepath.Join(bundle, "gpu-check.sh"), "run", bundle, resOut)
+	run.Dir = host
+	run.Env = []string{"PATH=" + path, "HOME=" + host, "TMPDIR=" + tmp, "OMPALLOC_CUDA_LIBRARY=" + lib,
+		"BENCH_TIME=5ms", "BENCH_SIZES=4K,1M,64M"}
+	out, err = run.CombinedOutput()
+	logs, _ := filepath.Glob(filepath.Join(resOut, "test-*.log"))
+	for _, l := range logs {
+		if b, _ := os.ReadFile(l); strings.Contains(string(b), "--- FAIL") {
+			t.Logf("%s:\n%s", filepath.Base(l), b)
+		}
+	}
+	require.NoError(t, err, "run: %s", out)
+
+	var s Summary
+	data, err = os.ReadFile(filepath.Join(resOut, "summary.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &s), "%s", data)
+	require.Equal(t, 0, s.Status, "%s", data)
+	require.Zero(t, s.TestsFailed)
+	require.Empty(t, s.PackagesFailed)
+	require.Zero(t, s.BenchErrors)
+	require.Equal(t, lib, s.Libcuda)
+	require.Greater(t, s.TestsPassed, 50, "the bundle's tests ran")
+	require.Len(t, s.Goals, 2)
+
+	tests, err := os.ReadFile(filepath.Join(resOut, "tests.log"))
+	require.NoError(t, err)
+	require.Len(t, strings.Split(strings.TrimSpace(string(tests)), "\n"), 7, "one line per package:\n%s", tests)
+	// The fake-driver tests need a compiler, which the host lacks: they
+	// skip and say so; target/cuda's real-driver test runs on the "real"
+	// library, here the fake.
+	cuda, err := os.ReadFile(filepath.Join(resOut, "test-target_cuda.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(cuda), "--- PASS: TestRealDriver")
+	require.Contains(t, string(cuda), "no C compiler")
+
+	var rep benchReport
+	data, err = os.ReadFile(filepath.Join(resOut, "bench.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.Empty(t, rep.Skipped)
+	seen := map[string]int{}
+	for _, r := range rep.Results {
+		if r.Group != "h2d" && r.Group != "d2h" {
+			continue
+		}
+		require.Empty(t, r.Error, "%+v", r)
+		require.Greater(t, r.GBPerS, 0.0, "%+v", r)
+		if r.Series != "driver peak" {
+			require.Greater(t, r.OfPeak, 0.0, "ours/peak: %+v", r)
+		}
+		seen[r.Group+"/"+r.Series]++
+	}
+	for _, k := range []string{"h2d/pinned", "h2d/pageable", "d2h/pinned", "d2h/pageable", "h2d/driver peak", "d2h/driver peak"} {
+		require.Equal(t, 3, seen[k], "%s at 4K, 1M and 64M", k)
+	}
+	require.NotEqual(t, "unmeasured", rep.Goals[0].Status, "64 MiB reached: the peak goal is judged: %+v", rep.Goals[0])
+
+	var info struct {
+		Drivers []struct {
+			Plugin, Library string
+			Usable          bool
+		} `json:"drivers"`
+		NumDevices int `json:"num_devices"`
+	}
+	data, err = os.ReadFile(filepath.Join(resOut, "info.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &info))
+	require.Equal(t, 2, info.NumDevices, "the fake's two GPUs")
+	for _, d := range info.Drivers {
+		if d.Plugin == "cuda" {
+			require.Equal(t, lib, d.Library)
+			require.True(t, d.Usable)
+		}
+	}
+	_, err = os.Stat(filepath.Join(resOut, "bench.svg"))
+	require.NoError(t, err)
+}

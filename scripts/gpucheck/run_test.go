@@ -1,0 +1,224 @@
+package gpucheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// script is the script under test, read by the test process itself so that
+// go test's cache notices edits.
+const script = "../gpu-check.sh"
+
+// Summary is OUT/summary.json.
+type Summary struct {
+	Libcuda        string            `json:"libcuda"`
+	Arch           string            `json:"arch"`
+	TestsPassed    int               `json:"tests_passed"`
+	TestsFailed    int               `json:"tests_failed"`
+	TestsSkipped   int               `json:"tests_skipped"`
+	PackagesFailed []string          `json:"packages_failed"`
+	BenchErrors    int               `json:"bench_errors"`
+	Goals          []json.RawMessage `json:"goals"`
+	Status         int               `json:"status"`
+}
+
+// The parts of `ompalloc bench --json` the script and these tests read,
+// in the CLI's field order (goals between skipped and elapsed_ns).
+type benchResult struct {
+	Group     string  `json:"group"`
+	Series    string  `json:"series"`
+	SizeBytes int64   `json:"size_bytes,omitempty"`
+	NsPerOp   float64 `json:"ns_per_op"`
+	GBPerS    float64 `json:"gb_per_s,omitempty"`
+	OfPeak    float64 `json:"of_peak,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+type benchGoal struct {
+	Goal   string `json:"goal"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+}
+
+type benchReport struct {
+	Arch    string        `json:"arch"`
+	Results []benchResult `json:"results"`
+	Skipped []struct {
+		Group  string `json:"group"`
+		Reason string `json:"reason"`
+	} `json:"skipped"`
+	Goals     []benchGoal `json:"goals"`
+	ElapsedNs int64       `json:"elapsed_ns"`
+}
+
+// sandboxPATH makes a directory of links to the tools a GPU host without a
+// toolchain has, and nothing else: no go, no gcc, no cc.
+func sandboxPATH(t *testing.T, tools ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bin")
+	require.NoError(t, os.Mkdir(bin, 0o755))
+	for _, tool := range tools {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Skipf("%s not found: the sandbox needs it", tool)
+		}
+		require.NoError(t, os.Symlink(p, filepath.Join(bin, tool)))
+	}
+	out, err := exec.Command(filepath.Join(bin, "bash"), "-c", "PATH="+bin+"; command -v go gcc cc").CombinedOutput()
+	require.Error(t, err, "go or a C compiler in the sandbox: %s", out)
+	return bin
+}
+
+// hostTools are what gpu-check.sh run needs on the GPU host.
+var hostTools = []string{"bash", "env", "mkdir", "mktemp", "rm", "cat", "grep", "sed", "awk", "basename", "dirname"}
+
+// stubBundle writes stand-ins for the bundle: test binaries printing the
+// given go test output with the given status, and an ompalloc whose info
+// and bench print canned JSON and record what they saw in probe.
+func stubBundle(t *testing.T, tests map[string]string, rc map[string]int, bench []byte) (bundle, probe string) {
+	t.Helper()
+	bundle, probe = t.TempDir(), t.TempDir()
+	for name, out := range tests {
+		body := "#!/usr/bin/env bash\npwd >" + filepath.Join(probe, name+".cwd") + "\nls -A >>" + filepath.Join(probe, name+".cwd") +
+			"\nenv >" + filepath.Join(probe, name+".env") + "\ncat <<'EOF'\n" + out + "\nEOF\nexit " + string(rune('0'+rc[name])) + "\n"
+		require.NoError(t, os.WriteFile(filepath.Join(bundle, name+".test"), []byte(body), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(probe, "bench.json"), bench, 0o644))
+	cli := "#!/usr/bin/env bash\ncase $1 in\n" +
+		"info) printf '{\\n  \"arch\": \"arm64\",\\n  \"cpus\": 1\\n}\\n' ;;\n" +
+		"bench) echo \"$@\" >" + filepath.Join(probe, "bench.args") + "; env >" + filepath.Join(probe, "bench.env") +
+		"; cat " + filepath.Join(probe, "bench.json") + " ;;\nesac\n"
+	require.NoError(t, os.WriteFile(filepath.Join(bundle, "ompalloc"), []byte(cli), 0o755))
+	return bundle, probe
+}
+
+func benchJSON(t *testing.T, results []benchResult) []byte {
+	t.Helper()
+	rep := benchReport{Arch: "arm64", Results: results, Goals: []benchGoal{
+		{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, {Goal: "staging", Status: "missed", Detail: "1.2"},
+	}}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	require.NoError(t, err)
+	return append(b, '\n')
+}
+
+// runScript runs `gpu-check.sh run BUNDLE OUT` with only env (and the
+// sandbox PATH) and returns the summary, the exit status and the output.
+func runScript(t *testing.T, path, bundle string, env ...string) (*Summary, int, string) {
+	t.Helper()
+	_, err := os.ReadFile(script)
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(filepath.Join(path, "bash"), script, "run", bundle, out)
+	cmd.Env = append([]string{"PATH=" + path, "HOME=" + t.TempDir()}, env...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err, buf.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		return nil, code, buf.String()
+	}
+	var s Summary
+	require.NoError(t, json.Unmarshal(data, &s), "summary.json: %s", data)
+	return &s, code, buf.String()
+}
+
+func TestRunSummary(t *testing.T) {
+	path := sandboxPATH(t, hostTools...)
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	pass := "=== RUN   TestA\n--- PASS: TestA (0.00s)\n    --- PASS: TestA/sub (0.00s)\n--- SKIP: TestB (0.00s)\nPASS"
+	fail := "--- PASS: TestC (0.00s)\n--- FAIL: TestD (0.00s)\nFAIL"
+	transfers := []benchResult{
+		{Group: "alloc_free", Series: "pinned", SizeBytes: 64, NsPerOp: 50},
+		{Group: "h2d", Series: "pinned", SizeBytes: 1 << 30, NsPerOp: 2e7, GBPerS: 53, OfPeak: 0.98},
+		{Group: "d2h", Series: "pageable", SizeBytes: 1 << 30, NsPerOp: 6e7, GBPerS: 17, OfPeak: 0.3},
+		{Group: "h2d", Series: "driver peak", SizeBytes: 1 << 30, NsPerOp: 2e7, GBPerS: 54},
+	}
+	withErr := func(group string) []benchResult {
+		r := append([]benchResult(nil), transfers...)
+		return append(r, benchResult{Group: group, Series: "pinned", SizeBytes: 4096, Error: "ompalloc: pinned: failed"})
+	}
+	for _, tc := range []struct {
+		name        string
+		tests       map[string]string
+		rc          map[string]int
+		results     []benchResult
+		status      int
+		passed      int
+		failedPkgs  []string
+		benchErrors int
+	}{
+		{"healthy", map[string]string{"alloc": pass, "target_cuda": pass}, nil, transfers, 0, 2, []string{}, 0},
+		{"a failing test binary", map[string]string{"alloc": pass, "target": fail}, map[string]int{"target": 1}, transfers, 1, 2, []string{"target"}, 0},
+		{"a failed transfer", map[string]string{"alloc": pass}, nil, withErr("h2d"), 1, 1, []string{}, 1},
+		{"a failed small copy", map[string]string{"alloc": pass}, nil, withErr("small_copy"), 1, 1, []string{}, 1},
+		{"a failed lock of host memory is no GPU failure", map[string]string{"alloc": pass}, nil, withErr("lock_size"), 0, 1, []string{}, 0},
+		{"no transfers measured", map[string]string{"alloc": pass}, nil, transfers[:1], 1, 1, []string{}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bundle, probe := stubBundle(t, tc.tests, tc.rc, benchJSON(t, tc.results))
+			s, code, out := runScript(t, path, bundle, "OMPALLOC_CUDA_LIBRARY="+lib, "BENCH_TIME=5ms", "BENCH_SIZES=4K,1G")
+			require.NotNil(t, s, out)
+			require.Equal(t, tc.status, s.Status, out)
+			require.Equal(t, tc.status, code, "exit status is the summary's")
+			require.Equal(t, lib, s.Libcuda)
+			require.Equal(t, "arm64", s.Arch, "from info.json")
+			require.Equal(t, tc.passed, s.TestsPassed, "top-level tests only")
+			require.Equal(t, tc.status == 1 && len(tc.failedPkgs) > 0, s.TestsFailed > 0)
+			require.Equal(t, tc.failedPkgs, s.PackagesFailed)
+			require.Equal(t, tc.benchErrors, s.BenchErrors)
+			require.Len(t, s.Goals, 2, "the bench's goals, verbatim")
+			var g benchGoal
+			require.NoError(t, json.Unmarshal(s.Goals[0], &g))
+			require.Equal(t, benchGoal{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, g)
+
+			benchEnv, err := os.ReadFile(filepath.Join(probe, "bench.env"))
+			require.NoError(t, err)
+			require.Contains(t, "\n"+string(benchEnv), "\nOMPALLOC_PINNED_LIMIT=0\n", "the bench runs without ompalloc's pinned cap")
+			require.Contains(t, "\n"+string(benchEnv), "\nOMPALLOC_CUDA_LIBRARY="+lib+"\n")
+			args, err := os.ReadFile(filepath.Join(probe, "bench.args"))
+			require.NoError(t, err)
+			require.Contains(t, string(args), "--json")
+			require.Contains(t, string(args), "--time 5ms --sizes 4K,1G")
+			for name := range tc.tests {
+				env, err := os.ReadFile(filepath.Join(probe, name+".env"))
+				require.NoError(t, err)
+				require.Contains(t, "\n"+string(env), "\nOMPALLOC_REAL_CUDA="+lib+"\n", "the real-driver tests use the same library")
+				cwd, err := os.ReadFile(filepath.Join(probe, name+".cwd"))
+				require.NoError(t, err)
+				lines := strings.Split(strings.TrimSpace(string(cwd)), "\n")
+				require.Len(t, lines, 1, "run from an empty directory: %q", cwd)
+				require.NotEqual(t, bundle, lines[0])
+			}
+		})
+	}
+}
+
+func TestRunNeedsADriver(t *testing.T) {
+	path := sandboxPATH(t, hostTools...) // no ldconfig: nothing to find libcuda with
+	bundle, _ := stubBundle(t, map[string]string{"alloc": "--- PASS: TestA"}, nil, benchJSON(t, nil))
+	s, code, out := runScript(t, path, bundle)
+	require.Nil(t, s)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "no libcuda.so.1")
+	require.Contains(t, out, "set OMPALLOC_CUDA_LIBRARY")
+
+	s, code, out = runScript(t, path, filepath.Join(t.TempDir(), "missing"), "OMPALLOC_CUDA_LIBRARY=/nonexistent")
+	require.Nil(t, s)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "no bundle at")
+}

@@ -14,7 +14,9 @@ import (
 )
 
 // pinnedWorld is what must agree about pinned memory: VmLck, the registry
-// and the pinned heaps' statistics.
+// and the pinned heaps' statistics. VmLck counts mlock, so these tests pin
+// on the host device: with a GPU as the default device its driver would pin
+// (cuMemHostRegister), which VmLck does not show.
 type pinnedWorld struct {
 	vmLck   int
 	entries int
@@ -24,7 +26,7 @@ type pinnedWorld struct {
 
 func pinnedNow(t *testing.T) pinnedWorld {
 	t.Helper()
-	d, err := target.Get(target.DefaultDevice())
+	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	held, _ := d.Registry().HeldStats()
 	return pinnedWorld{vmLck: vmLckKiB(t), entries: d.Registry().Len(), held: held, bytes: Pinned().Bytes}
@@ -43,7 +45,7 @@ func captureWarnings(t *testing.T) *bytes.Buffer {
 // nothing changes.
 func TestUserUnlockCannotUnpinAPinnedChunk(t *testing.T) {
 	Trim()
-	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	defer func() { Trim() }()
 	defer func() { require.NoError(t, a.Destroy()) }()
 	p, err := a.Alloc(64)
@@ -52,7 +54,7 @@ func TestUserUnlockCannotUnpinAPinnedChunk(t *testing.T) {
 	before := pinnedNow(t)
 	statsBefore := a.Stats()
 
-	d, err := target.Get(target.DefaultDevice())
+	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	err = d.UnlockMem(uintptr(p))
 	require.ErrorIs(t, err, pinned.ErrNotLocked)
@@ -84,10 +86,10 @@ func TestUserLockInsideReleasedChunkIsDropped(t *testing.T) {
 	Trim()
 	base := pinnedNow(t)
 	warn := captureWarnings(t)
-	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	p, err := a.Alloc(64)
 	require.NoError(t, err)
-	d, err := target.Get(target.DefaultDevice())
+	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	_, err = d.LockMem(uintptr(p), 64)
 	require.NoError(t, err)
@@ -103,7 +105,7 @@ func TestUserLockInsideReleasedChunkIsDropped(t *testing.T) {
 	require.ErrorIs(t, d.UnlockMem(uintptr(p)), pinned.ErrNotLocked, "the user's late unlock finds nothing")
 
 	// A new chunk, quite possibly at the same address, is locked.
-	b := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	b := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	q, err := b.Alloc(64)
 	require.NoError(t, err)
 	require.True(t, d.Registry().IsPinned(uintptr(q)))
@@ -122,18 +124,18 @@ func TestUserLockInsideReleasedChunkIsDropped(t *testing.T) {
 func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 	Trim()
 	base := pinnedNow(t)
-	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	p, err := a.Alloc(64)
 	require.NoError(t, err)
 	before := pinnedNow(t)
-	d, err := target.Get(target.DefaultDevice())
+	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 
 	err = target.Shutdown()
 	require.ErrorIs(t, err, target.ErrBusy)
 	require.ErrorContains(t, err, "live pinned blocks")
 	require.Equal(t, before, pinnedNow(t), "nothing changed")
-	d2, err := target.Get(target.DefaultDevice())
+	d2, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	require.Same(t, d, d2, "the devices were not shut down")
 	require.True(t, d2.Registry().IsPinned(uintptr(p)))
@@ -144,7 +146,7 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 
 	q, err := a.Alloc(64)
 	require.NoError(t, err)
-	d3, err := target.Get(target.DefaultDevice())
+	d3, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	require.NotSame(t, d, d3)
 	require.True(t, d3.Registry().IsPinned(uintptr(q)), "the new device knows the new chunk")
@@ -163,7 +165,7 @@ func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
 	Trim()
 	base := pinnedNow(t)
 	_, baseUsed := PinnedLimit()
-	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	p, err := a.Alloc(64)
 	require.NoError(t, err)
 	require.NoError(t, Free(p))

@@ -17,18 +17,20 @@ import (
 // blocks are locked.
 func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	alloc.Trim()
-	host := GetInitialDevice()
+	// The pinned allocator pins for the default device: the host without a
+	// GPU, the GPU's driver with one. The user unlocks on that device.
+	dev := target.DefaultDevice()
 	a := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkPinned, AtvTrue}, {AtkFallback, AtvNullFb}})
 	require.NotEqual(t, NullAllocator, a)
 	defer func() { DestroyAllocator(a); alloc.Trim() }()
 	p := Alloc(64, a)
 	require.NotNil(t, p)
 	defer Free(p, a)
-	d, err := target.Get(target.DefaultDevice())
+	d, err := target.Get(dev)
 	require.NoError(t, err)
 	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Len(), alloc.Pinned().Bytes
 
-	w := targetWarnings(t, func() { TargetUnlockMem(p, host) })
+	w := targetWarnings(t, func() { TargetUnlockMem(p, dev) })
 	require.Len(t, w, 1, "%q", w)
 	require.Contains(t, w[0], "llvm_omp_target_unlock_mem")
 	require.Contains(t, w[0], "held by the pinned heap of device")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -37,6 +38,12 @@ func TestUnavailableDeviceChild(t *testing.T) {
 		t.Skip("run by TestUnavailableDevice")
 	}
 	require.Equal(t, 3, NumDevices())
+	refs := func(dev int) int {
+		return int(int32(loader.Call(hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_ctx_refs"), uintptr(dev))))
+	}
+	for dev := range 3 {
+		require.Zero(t, refs(dev), "discovery made a context on GPU %d", dev)
+	}
 	for _, s := range Plugins() {
 		if s.Plugin == "cuda" {
 			require.NoError(t, s.Err, "one unusable GPU does not fail the plugin")
@@ -61,6 +68,14 @@ func TestUnavailableDeviceChild(t *testing.T) {
 	_, err = bad.LockMem(h, 4096)
 	check(err)
 	check(Memcpy(0x1000, h, 64, 1, InitialDevice()))
+
+	d0, err := Get(0)
+	require.NoError(t, err)
+	p0, err := d0.Alloc(plugin.MemDevice, 64)
+	require.NoError(t, err)
+	require.NoError(t, d0.Free(plugin.MemDevice, p0))
+	require.Equal(t, 1, refs(0))
+	require.Zero(t, refs(2), "using GPU 0 takes nothing on GPU 2")
 
 	var bufs []uintptr
 	for _, dev := range []int{0, 2} {

@@ -4,15 +4,27 @@
 // Nothing is loaded until Init. The library is found through loader.Lazy:
 // OMPALLOC_CUDA_LIBRARY names it explicitly, OMPALLOC_DISABLE_CUDA=1 switches
 // it off, and a machine without the driver simply has no CUDA devices (Init
-// returns an error wrapping loader.ErrNotFound). Init retains each device's
-// primary context; every driver call that needs a context runs on a locked OS
-// thread with that context made current, since the driver's current context
-// is per OS thread.
+// returns an error wrapping loader.ErrNotFound). Init describes each device
+// without a context; a device retains its primary context when it is first
+// used (Open), so one that cannot be opened (compute mode PROHIBITED, out of
+// memory) stays listed under its ordinal and fails alone. Every driver call
+// that needs a context runs on a locked OS thread with that context made
+// current, since the driver's current context is per OS thread.
+//
+// Copies on a queue go on its non-blocking stream. A copy without a queue
+// runs on a stream of the device's own and is synchronized before Copy
+// returns: the driver's "synchronous" cuMemcpy*_v2 calls are not complete on
+// return for device-to-device copies or pageable sources, and run on the
+// legacy stream, which non-blocking streams do not wait for. Copies between
+// two devices that reach each other are cuMemcpyPeerAsync after
+// cuCtxEnablePeerAccess both ways (PeerAccess, CopyPeer).
 //
 // Page-locking host memory is cuMemHostRegister_v2 with PORTABLE, in pieces of
 // at most 64 GiB. A registration is process-wide in CUDA, so the plugin keeps
 // one registration per host range, counted across devices: locking a buffer
 // for devices 0 and 1 registers it once, and the last unlock unregisters it.
+// The registration keeps a reference on the registering device's primary
+// context until then, so closing that device first does not drop it.
 // Memory the user registered through the driver is reported by ExternalLock
 // and never unregistered here.
 //

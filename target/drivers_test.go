@@ -98,6 +98,30 @@ func TestFakeDriversChild(t *testing.T) {
 		require.True(t, hasFill(back, n, 42))
 	})
 
+	t.Run("memcpy between the two AMD GPUs goes device to device", func(t *testing.T) {
+		const n = 1 << 20
+		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")
+		copies := func() uintptr {
+			b := append([]byte("copies"), 0)
+			return loader.Call(count, uintptr(unsafePointer(b)))
+		}
+		d2, _ := Get(2)
+		d3, _ := Get(3)
+		src := hostMem(t, n)
+		fill(src, n, 77)
+		a, err := d2.Alloc(plugin.MemDevice, n)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, d2.Free(plugin.MemDevice, a)) }()
+		b, err := d3.Alloc(plugin.MemDevice, n)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, d3.Free(plugin.MemDevice, b)) }()
+		require.NoError(t, Memcpy(a, src, n, 2, InitialDevice()))
+		before := copies()
+		require.NoError(t, Memcpy(b, a, n, 3, 2))
+		require.Equal(t, before+1, copies(), "one hsa_amd_memory_async_copy between the agents, no bounce through the host")
+		require.True(t, hasFill(readBack(t, d3, b, n), n, 77))
+	})
+
 	require.NoError(t, Shutdown())
 	live := hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_live")
 	require.Zero(t, loader.Call(live, 2), "CUDA host allocations (staging buffers) left")

@@ -32,6 +32,9 @@ type device struct {
 	tab    *lockTable            // the plugin's locks, shared by its devices
 	locks  map[uintptr][]uintptr // LockHost start → the lock table entry it referenced, most recent last
 	queues map[*queue]struct{}
+
+	peers   map[*device]bool     // PeerAccess answers, asked once per pair
+	granted map[uintptr][]uint64 // allocation → the other GPUs allowed to reach it, for peer copies
 }
 
 func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools agentPools, host *pool) (*device, error) {
@@ -40,6 +43,7 @@ func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools ag
 		tab:    &p.locks,
 		allocs: map[uintptr]plugin.MemKind{}, locks: map[uintptr][]uintptr{},
 		queues: map[*queue]struct{}{},
+		peers:  map[*device]bool{}, granted: map[uintptr][]uint64{},
 	}
 	var name, product [agentNameSize]byte
 	if err := p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), agentInfoName, uintptr(unsafe.Pointer(&name))); err != nil {
@@ -118,6 +122,7 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 		return d.errorf(err, "free of %s memory at %#x", kind, p)
 	}
 	delete(d.allocs, p)
+	delete(d.granted, p)
 	return nil
 }
 
@@ -270,8 +275,11 @@ func (d *device) gap(q, end uintptr) (piece, bool, error) {
 	return piece{n: end - q, addr: dev}, true, nil
 }
 
-// span is one hsa_amd_memory_async_copy.
-type span struct{ dst, src, n uintptr }
+// span is one hsa_amd_memory_async_copy; agents 0 are the queue's device.
+type span struct {
+	dst, src, n        uintptr
+	dstAgent, srcAgent uint64
+}
 
 // Copy copies n bytes with hsa_amd_memory_async_copy, one copy per piece of
 // the host range (see reach); with q == nil it waits for the copy. Host to
@@ -406,15 +414,16 @@ func (s *syms) destroySignal(sig uint64) error {
 	return s.status("hsa_signal_destroy", s.signalDestroy, uintptr(sig))
 }
 
-// asyncCopy submits a copy on the GPU agent (LLVM passes the GPU's agent
-// for both sides once the host side is an agent pointer), after dep when it
-// is not 0, completing sig.
-func (s *syms) asyncCopy(dst, src, n uintptr, agent, dep, sig uint64) error {
+// asyncCopy submits a copy between dst of dstAgent and src of srcAgent
+// (LLVM passes the GPU's agent for both sides once the host side is an
+// agent pointer, and each device's agent for a copy between two GPUs), after
+// dep when it is not 0, completing sig.
+func (s *syms) asyncCopy(dst uintptr, dstAgent uint64, src uintptr, srcAgent uint64, n uintptr, dep, sig uint64) error {
 	var ndeps uintptr
 	if dep != 0 {
 		ndeps = 1
 	}
-	return s.status("hsa_amd_memory_async_copy", s.memAsyncCopy, dst, uintptr(agent), src, uintptr(agent), n, ndeps, uintptr(unsafe.Pointer(&dep)), uintptr(sig))
+	return s.status("hsa_amd_memory_async_copy", s.memAsyncCopy, dst, uintptr(dstAgent), src, uintptr(srcAgent), n, ndeps, uintptr(unsafe.Pointer(&dep)), uintptr(sig))
 }
 
 // done reports whether sig reached 0.

@@ -40,6 +40,11 @@
 //     different sizes), as on CUDA. Every copy
 //     holds a reference on the locks it reads, so an unlock while it is in
 //     flight takes effect when it completed.
+//   - copies between two GPUs of the plugin (plugin.PeerCopier): PeerAccess
+//     asks each agent's access to the other's VRAM pool
+//     (hsa_amd_agent_memory_pool_get_info); CopyPeer allows the other agent
+//     access to both allocations once (hsa_amd_agents_allow_access) and
+//     copies with hsa_amd_memory_async_copy between the two agents.
 //
 // A missing library, a disabled one (OMPALLOC_DISABLE_HSA=1) or a failing
 // hsa_init (HSA_STATUS_ERROR_OUT_OF_RESOURCES without /dev/kfd) leave the

@@ -95,6 +95,9 @@ const (
 	pointerTypeHSA     = 1
 	pointerTypeLocked  = 2
 
+	agentPoolInfoAccess = 0 // hsa_amd_agent_memory_pool_info_t
+	accessNeverAllowed  = 0 // hsa_amd_memory_pool_access_t
+
 	signalConditionEQ = 0
 	waitStateBlocked  = 0
 )
@@ -159,17 +162,21 @@ var (
 	// ErrOverlap: a lock of a range that overlaps a range the plugin locked
 	// without lying inside it.
 	ErrOverlap = errors.New("overlaps a locked range")
+	// ErrNoPeerAccess: a copy between two GPUs that cannot reach each
+	// other's memory (PeerAccess said no).
+	ErrNoPeerAccess = errors.New("the GPUs cannot reach each other's memory")
 )
 
 // syms are the runtime's entry points. All are in ROCm's libhsa-runtime64
 // since 1.0 (see testdata/libhsa-runtime64.symbols); hsa_amd_pointer_info is
-// optional because only external-lock detection needs it.
+// optional because only external-lock detection needs it, and
+// hsa_amd_agent_memory_pool_get_info because only peer copies do.
 type syms struct {
 	init, statusString, systemGetInfo                                uintptr
 	iterateAgents, agentGetInfo, iteratePools, poolGetInfo           uintptr
 	poolAllocate, poolFree, allowAccess, memLock, memUnlock          uintptr
 	pointerInfo, signalCreate, signalDestroy, signalLoad, signalWait uintptr
-	memAsyncCopy                                                     uintptr
+	memAsyncCopy, agentPoolGetInfo                                   uintptr
 }
 
 func (s *syms) table() []loader.Symbol {
@@ -192,6 +199,7 @@ func (s *syms) table() []loader.Symbol {
 		{Name: "hsa_signal_load_scacquire", Addr: &s.signalLoad},
 		{Name: "hsa_signal_wait_scacquire", Addr: &s.signalWait},
 		{Name: "hsa_amd_memory_async_copy", Addr: &s.memAsyncCopy},
+		{Name: "hsa_amd_agent_memory_pool_get_info", Addr: &s.agentPoolGetInfo, Optional: true},
 	}
 }
 

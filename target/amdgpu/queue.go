@@ -48,7 +48,11 @@ func (q *queue) submit(spans []span, refs []uintptr) error {
 			if len(q.pending) > 0 {
 				dep = q.pending[len(q.pending)-1].sig
 			}
-			if err = fn.asyncCopy(s.dst, s.src, s.n, q.d.agent, dep, sig); err != nil {
+			da, sa := s.dstAgent, s.srcAgent
+			if da == 0 {
+				da, sa = q.d.agent, q.d.agent
+			}
+			if err = fn.asyncCopy(s.dst, da, s.src, sa, s.n, dep, sig); err != nil {
 				err = errors.Join(err, fn.destroySignal(sig))
 			}
 		}

@@ -20,7 +20,8 @@
  *  - hsa_amd_memory_lock returns an agent pointer with bit 61 set, distinct
  *    from the host pointer; async copies accept only memory the runtime knows
  *    (pool allocations, the agent pointer of a lock), never pageable memory,
- *    and CPU-pool memory only after hsa_amd_agents_allow_access for the GPU;
+ *    and memory of another agent's pool only after hsa_amd_agents_allow_access
+ *    for every GPU agent of the copy (both, for a copy between two GPUs);
  *  - hsa_amd_memory_lock maps the memory for the agents it is given (all of
  *    them with NULL, 0) and copies by another GPU agent are refused; memory
  *    of a pool (HSA_EXT_POINTER_TYPE_HSA) cannot be locked, as
@@ -38,6 +39,11 @@
  *  FAKEHSA_COPY_DELAY_US=N  an async copy is performed N microseconds after it
  *                           was submitted, by a worker thread (default 2000)
  *  FAKEHSA_VRAM_MB=N        size of each GPU's coarse-grained pool (default 1024)
+ *  FAKEHSA_NO_PEER=1        GPUs cannot reach each other's pools: the access of a
+ *                           GPU agent to another GPU's pool is NEVER_ALLOWED and
+ *                           hsa_amd_agents_allow_access refuses it (default: a
+ *                           GPU reaches another's pool once allowed, as over
+ *                           xGMI or PCIe peer-to-peer)
  * Read on every call, so a test may change it between calls:
  *  FAKEHSA_FAIL=SPEC[,SPEC...] with SPEC = FUNCTION:N[:CODE]
  *      the Nth call of FUNCTION (counted from the first call of any function
@@ -225,6 +231,7 @@ static struct agent agents[MAX_AGENTS];
 static int npools;
 static struct pool pools[MAX_AGENTS * POOLS_PER_AGENT];
 static long delay_us = 2000;
+static bool no_peer; /* FAKEHSA_NO_PEER: GPUs cannot reach each other's memory */
 
 static struct alloc *allocs;
 static int nallocs, capallocs;
@@ -340,6 +347,7 @@ static int add_pool(int agent, int segment, uint32_t flags, size_t size, bool al
 static void configure(void) {
     int gpus = (int)env_long("FAKEHSA_GPUS", 2, 0, MAX_GPUS);
     delay_us = env_long("FAKEHSA_COPY_DELAY_US", 2000, 0, 60000000);
+    no_peer = env_long("FAKEHSA_NO_PEER", 0, 0, 1) == 1;
     size_t vram = (size_t)env_long("FAKEHSA_VRAM_MB", 1024, 1, 1 << 20) << 20;
     nagents = 0;
     npools = 0;
@@ -580,6 +588,37 @@ hsa_status_t hsa_amd_memory_pool_free(void *ptr) {
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
 
+enum { /* hsa_amd_memory_pool_access_t */
+    ACCESS_NEVER_ALLOWED = 0,
+    ACCESS_ALLOWED_BY_DEFAULT = 1,
+    ACCESS_DISALLOWED_BY_DEFAULT = 2,
+};
+
+/* pool_access is how agent a may reach buffers of pool p: its own pools by
+ * default, the CPU's pools and other GPUs' pools after
+ * hsa_amd_agents_allow_access (never with FAKEHSA_NO_PEER=1), GPU pools
+ * never from the CPU. */
+static int pool_access(int a, int p) {
+    int owner = pools[p].agent;
+    if (owner == a) return ACCESS_ALLOWED_BY_DEFAULT;
+    if (agents[a].type == HSA_DEVICE_TYPE_CPU) return ACCESS_NEVER_ALLOWED;
+    if (agents[owner].type == HSA_DEVICE_TYPE_GPU && no_peer) return ACCESS_NEVER_ALLOWED;
+    return ACCESS_DISALLOWED_BY_DEFAULT;
+}
+
+enum { AGENT_POOL_INFO_ACCESS = 0 }; /* hsa_amd_agent_memory_pool_info_t */
+
+hsa_status_t hsa_amd_agent_memory_pool_get_info(hsa_agent_t agent, hsa_amd_memory_pool_t pool, int attribute,
+                                                void *value) {
+    ENTER("hsa_amd_agent_memory_pool_get_info");
+    int a = agent_index(agent), p = pool_index(pool);
+    if (a < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
+    if (p < 0 || value == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    if (attribute != AGENT_POOL_INFO_ACCESS) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    *(uint32_t *)value = (uint32_t)pool_access(a, p);
+    return HSA_STATUS_SUCCESS;
+}
+
 hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents, const hsa_agent_t *agents_, const uint32_t *flags,
                                          const void *ptr) {
     ENTER("hsa_amd_agents_allow_access");
@@ -594,6 +633,12 @@ hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents, const hsa_agent_t 
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nallocs; i++) {
         if (allocs[i].addr == (uintptr_t)ptr) {
+            for (int k = 0; k < nagents; k++) {
+                if (((mask >> k) & 1) && pool_access(k, allocs[i].pool) == ACCESS_NEVER_ALLOWED) {
+                    pthread_mutex_unlock(&mu);
+                    return HSA_STATUS_ERROR_INVALID_AGENT;
+                }
+            }
             allocs[i].access |= mask;
             pthread_mutex_unlock(&mu);
             return HSA_STATUS_SUCCESS;
@@ -850,21 +895,23 @@ hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition,
 /* ---- copies ---- */
 
 /* translate maps [p, p+n) of memory an agent may use to the host memory
- * behind it. gpu is the agent index whose access CPU-pool memory needs. */
-static hsa_status_t translate_locked(uintptr_t p, size_t n, int gpu, void **real) {
+ * behind it. gpus is the bit mask of the GPU agents of the copy: each must
+ * have access (its own pool, or granted by a lock or
+ * hsa_amd_agents_allow_access), as both agents of a copy between two GPUs
+ * reach both buffers. */
+static hsa_status_t translate_locked(uintptr_t p, size_t n, uint64_t gpus, void **real) {
     for (int i = 0; i < nlocks; i++) {
         struct lock *l = &locks[i];
         if (p >= l->agent && p - l->agent < l->size) {
             if (n > l->size - (p - l->agent)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-            if (gpu >= 0 && !((l->access >> gpu) & 1)) return HSA_STATUS_ERROR_INVALID_AGENT;
+            if ((l->access & gpus) != gpus) return HSA_STATUS_ERROR_INVALID_AGENT;
             *real = (void *)(l->host + (p - l->agent));
             return HSA_STATUS_SUCCESS;
         }
     }
     struct alloc *a = find_alloc_locked(p, n);
     if (a == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-    if (gpu >= 0 && agents[pools[a->pool].agent].type == HSA_DEVICE_TYPE_CPU && !((a->access >> gpu) & 1))
-        return HSA_STATUS_ERROR_INVALID_AGENT;
+    if ((a->access & gpus) != gpus) return HSA_STATUS_ERROR_INVALID_AGENT;
     *real = (char *)a->real + (p - a->addr);
     return HSA_STATUS_SUCCESS;
 }
@@ -910,7 +957,8 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
     if (da < 0 || sa < 0) return HSA_STATUS_ERROR_INVALID_AGENT;
     if (dst == NULL || src == NULL || (num_dep_signals > 0 && dep_signals == NULL))
         return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-    int gpu = agents[da].type == HSA_DEVICE_TYPE_GPU ? da : agents[sa].type == HSA_DEVICE_TYPE_GPU ? sa : -1;
+    uint64_t gpus = (agents[da].type == HSA_DEVICE_TYPE_GPU ? 1ull << da : 0) |
+                    (agents[sa].type == HSA_DEVICE_TYPE_GPU ? 1ull << sa : 0);
     struct job *j = calloc(1, sizeof *j);
     if (j == NULL) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     j->deps = num_dep_signals ? calloc(num_dep_signals, sizeof *j->deps) : NULL;
@@ -919,8 +967,8 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
         return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     }
     pthread_mutex_lock(&mu);
-    hsa_status_t st = translate_locked((uintptr_t)dst, size, gpu, &j->dst);
-    if (st == HSA_STATUS_SUCCESS) st = translate_locked((uintptr_t)src, size, gpu, &j->src);
+    hsa_status_t st = translate_locked((uintptr_t)dst, size, gpus, &j->dst);
+    if (st == HSA_STATUS_SUCCESS) st = translate_locked((uintptr_t)src, size, gpus, &j->src);
     if (st == HSA_STATUS_SUCCESS && (j->done = sig_of(completion_signal)) == NULL) st = HSA_STATUS_ERROR_INVALID_SIGNAL;
     for (uint32_t i = 0; i < num_dep_signals && st == HSA_STATUS_SUCCESS; i++) {
         j->deps[i] = sig_of(dep_signals[i]);
@@ -972,8 +1020,8 @@ hsa_status_t hsa_memory_copy(void *dst, const void *src, size_t size) {
     if (dst == NULL || src == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     void *rd = dst, *rs = (void *)src;
     pthread_mutex_lock(&mu);
-    if (translate_locked((uintptr_t)dst, size, -1, &rd) != HSA_STATUS_SUCCESS) rd = dst;
-    if (translate_locked((uintptr_t)src, size, -1, &rs) != HSA_STATUS_SUCCESS) rs = (void *)src;
+    if (translate_locked((uintptr_t)dst, size, 0, &rd) != HSA_STATUS_SUCCESS) rd = dst;
+    if (translate_locked((uintptr_t)src, size, 0, &rs) != HSA_STATUS_SUCCESS) rs = (void *)src;
     pthread_mutex_unlock(&mu);
     if (((uintptr_t)rd | (uintptr_t)rs) & (DEV_BIAS | LOCK_BIAS)) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     memmove(rd, rs, size);

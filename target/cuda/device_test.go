@@ -317,7 +317,9 @@ func rawSym(t *testing.T, name string) uintptr {
 // for them, and a synchronous cuMemcpyDtoH_v2 (on the legacy stream, after
 // them) sees them.
 func TestFakeLegacyStreamSemantics(t *testing.T) {
-	t.Setenv("FAKECUDA_LEGACY_DELAY_US", "50000")
+	// Long enough that no stall of a loaded machine lets the legacy stream
+	// finish first; it costs nothing, as waiting for the stream hurries it.
+	t.Setenv("FAKECUDA_LEGACY_DELAY_US", "5000000")
 	d := dev(t, 0)
 	q, err := d.NewQueue()
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ func peerEnabled(t *testing.T, a, b int) int {
 // once, and copies go device to device with cuMemcpyPeerAsync, synchronously
 // (complete on return) or on a queue of either device.
 func TestPeerCopy(t *testing.T) {
-	t.Setenv("FAKECUDA_COPY_DELAY_US", "20000")
+	t.Setenv("FAKECUDA_COPY_DELAY_US", "100000") // read by a stream's worker at creation
 	d0, d1 := dev(t, 0), dev(t, 1)
 	ok, err := d0.PeerAccess(d1)
 	require.NoError(t, err)

@@ -245,10 +245,16 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 	return np, nil
 }
 
-// BlockSize returns the requested size of the live block at p.
+// BlockSize returns the requested size of the live block at p, from a heap
+// or from a target memory space.
 func BlockSize(p unsafe.Pointer) (uintptr, error) {
 	b, err := heap.Inspect(uintptr(p))
 	if err != nil {
+		if errors.Is(err, heap.ErrForeign) {
+			if v, ok := targetBlocks.Load(uintptr(p)); ok {
+				return v.(targetBlock).size, nil
+			}
+		}
 		return 0, err
 	}
 	return b.Size, nil

@@ -87,3 +87,23 @@ func TestPinnedLimitParsing(t *testing.T) {
 		})
 	}
 }
+
+// Issue 9, item 8: BlockSize works on blocks of the target memory spaces,
+// which Owner and Free accept too.
+func TestBlockSizeOfTargetBlocks(t *testing.T) {
+	for _, ms := range []memspace.ID{memspace.TargetHost, memspace.TargetShared, memspace.TargetDevice} {
+		a := mustNew(t, ms)
+		p, err := a.Alloc(1000)
+		require.NoError(t, err)
+		n, err := BlockSize(p)
+		require.NoError(t, err, ms)
+		require.Equal(t, uintptr(1000), n)
+		o, err := Owner(p)
+		require.NoError(t, err)
+		require.Same(t, a, o)
+		require.NoError(t, Free(p))
+		_, err = BlockSize(p)
+		require.Error(t, err, "freed")
+		require.NoError(t, a.Destroy())
+	}
+}

@@ -76,3 +76,52 @@ func TestPinFallbackWarnsOnce(t *testing.T) {
 	w = captureWarnings(t, func() { Free(Alloc(64, b), b) })
 	require.Equal(t, 1, strings.Count(w, "\n"), "%q", w)
 }
+
+// Issue 9, item 8: omp_target_memcpy checks offset plus length against the
+// memory the runtime knows (allocator blocks, omp_target_alloc blocks,
+// locked ranges) and gives -1 and one warning instead of a fault.
+func TestTargetMemcpyBounds(t *testing.T) {
+	host := GetInitialDevice()
+	tgt := TargetAlloc(4096, host)
+	require.NotNil(t, tgt)
+	defer TargetFree(tgt, host)
+	blk := Alloc(256, DefaultMemAlloc)
+	require.NotNil(t, blk)
+	defer Free(blk, DefaultMemAlloc)
+	locked := pages(t, 2)
+	require.NotNil(t, TargetLockMem(locked, 4096, host))
+	defer TargetUnlockMem(locked, host)
+
+	tests := []struct {
+		name              string
+		dst, src          unsafe.Pointer
+		n, dstOff, srcOff uintptr
+		ok                bool
+		want              string
+	}{
+		{"target block, far offset", tgt, blk, 16, 1 << 30, 0, false, "omp_target_alloc block of 4096 bytes"},
+		{"target block, last bytes", tgt, blk, 16, 4096 - 16, 0, true, ""},
+		{"target block, one past", tgt, blk, 16, 4096 - 15, 0, false, "destination"},
+		{"allocator block as source", tgt, blk, 257, 0, 0, false, "allocator block of 256 bytes"},
+		{"allocator block, offset", tgt, blk, 16, 0, 250, false, "source"},
+		{"allocator block, whole", tgt, blk, 256, 0, 0, true, ""},
+		{"locked range", locked, tgt, 64, 4096 - 32, 0, false, "locked range of 4096 bytes"},
+		{"locked range, inside", locked, tgt, 64, 4096 - 64, 0, true, ""},
+		{"huge length", tgt, blk, 1 << 40, 0, 0, false, "out of bounds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc int
+			w := targetWarnings(t, func() { rc = TargetMemcpy(tt.dst, tt.src, tt.n, tt.dstOff, tt.srcOff, host, host) })
+			if tt.ok {
+				require.Equal(t, 0, rc)
+				require.Empty(t, w)
+				return
+			}
+			require.Equal(t, -1, rc)
+			require.Len(t, w, 1, "%q", w)
+			require.Contains(t, w[0], "omp_target_memcpy")
+			require.Contains(t, w[0], tt.want)
+		})
+	}
+}

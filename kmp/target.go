@@ -1,8 +1,12 @@
 package kmp
 
 import (
+	"errors"
+	"fmt"
+	"sync"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
@@ -102,7 +106,17 @@ func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsaf
 		warnf("%s: %v", fn, err)
 		return nil
 	}
+	targetSizes.Store(targetKey{d, p}, size)
 	return cmem.Ptr(p)
+}
+
+// targetSizes remembers the size of every block the TargetAlloc functions
+// returned, so that TargetMemcpy can check copies against it.
+var targetSizes sync.Map // targetKey → uintptr
+
+type targetKey struct {
+	d *target.Device
+	p uintptr
 }
 
 // targetFree frees ptr; kind < 0 accepts any kind (omp_target_free). A nil
@@ -126,7 +140,9 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 	}
 	if err := d.Free(kind, p); err != nil {
 		warnf("%s: %v", fn, err)
+		return
 	}
+	targetSizes.Delete(targetKey{d, p})
 }
 
 // TargetAlloc is omp_target_alloc: n bytes of device memory (host memory
@@ -174,7 +190,11 @@ func TargetFreeDevice(ptr unsafe.Pointer, device int) {
 // TargetMemcpy is omp_target_memcpy: it copies length bytes from src +
 // srcOffset on srcDevice to dst + dstOffset on dstDevice, between any two
 // devices including the host, and returns 0 on success. A zero length does
-// nothing and succeeds, as in libomptarget.
+// nothing and succeeds, as in libomptarget. Where dst or src is memory this
+// runtime knows (a block of an allocator, a TargetAlloc block, a range
+// locked or registered for the device), a copy running past its end is a
+// warning and -1 instead of a fault; other memory is the caller's to get
+// right, as in C.
 func TargetMemcpy(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr, dstDevice, srcDevice int) int {
 	const fn = "omp_target_memcpy"
 	if length == 0 {
@@ -189,9 +209,49 @@ func TargetMemcpy(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr,
 		warnf("%s: offset wraps around the address space (dst %p+%d, src %p+%d)", fn, dst, dstOffset, src, srcOffset)
 		return -1
 	}
+	if err := checkBounds("destination", d, dstOffset, length, dstDevice); err != nil {
+		warnf("%s: %v", fn, err)
+		return -1
+	}
+	if err := checkBounds("source", s, srcOffset, length, srcDevice); err != nil {
+		warnf("%s: %v", fn, err)
+		return -1
+	}
 	if err := target.Memcpy(d+dstOffset, s+srcOffset, length, dstDevice, srcDevice); err != nil {
 		warnf("%s: %v", fn, err)
 		return -1
 	}
 	return 0
+}
+
+// errOutOfBounds: a copy runs past the end of memory the runtime knows.
+var errOutOfBounds = errors.New("out of bounds")
+
+// checkBounds checks [base+off, base+off+n) against what the runtime knows
+// of the memory at base on device dev.
+func checkBounds(which string, base, off, n uintptr, dev int) error {
+	size, what, ok := knownSize(base, dev)
+	if !ok || (off <= size && n <= size-off) {
+		return nil
+	}
+	return fmt.Errorf("%s %#x+%d: %w: %d bytes run past the end of %s of %d bytes at %#x", which, base, off, errOutOfBounds, n, what, size, base)
+}
+
+// knownSize returns how many bytes from base belong to memory the runtime
+// knows, and what that memory is.
+func knownSize(base uintptr, dev int) (size uintptr, what string, ok bool) {
+	if n, err := alloc.BlockSize(cmem.Ptr(base)); err == nil {
+		return n, "the allocator block", true
+	}
+	d, err := target.Get(dev)
+	if err != nil {
+		return 0, "", false // Memcpy names the bad device
+	}
+	if v, ok := targetSizes.Load(targetKey{d, base}); ok {
+		return v.(uintptr), "the omp_target_alloc block", true
+	}
+	if e, ok := d.Registry().Entry(base); ok {
+		return e.Host + e.Size - base, "the " + e.Kind.String() + " range", true
+	}
+	return 0, "", false
 }

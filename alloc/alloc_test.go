@@ -479,3 +479,53 @@ func TestConcurrentHammer(t *testing.T) {
 		require.Zero(t, a.Stats().BlocksLive, "%v", a)
 	}
 }
+
+// TestReallocInPlace: a realloc that stays within the block's size class or
+// page run keeps the pointer (no copy), with Stats and the quota still
+// exact; one that leaves them, or goes to another allocator, moves.
+func TestReallocInPlace(t *testing.T) {
+	pool := mustNew(t, memspace.Default, WithPoolSize(8<<20))
+	other := mustNew(t, memspace.Default)
+	for _, tc := range []struct {
+		name     string
+		a        *Allocator
+		from, to uintptr
+		into     *Allocator // nil: the block's own
+		inPlace  bool
+	}{
+		{"small grows within its class", Default(), 100, 110, nil, true},
+		{"small shrinks within its class", Default(), 110, 100, nil, true},
+		{"small grows past its class", Default(), 100, 200, nil, false},
+		{"small shrinks to a smaller class", Default(), 1000, 16, nil, false},
+		{"medium grows within its pages", Default(), 100 << 10, 120 << 10, nil, true},
+		{"medium grows past its pages", Default(), 100 << 10, 200 << 10, nil, false},
+		{"medium shrinks to small", Default(), 100 << 10, 100, nil, false},
+		{"pool allocator, quota unchanged", pool, 100 << 10, 110 << 10, nil, true},
+		{"into another allocator", Default(), 100, 110, other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.a.Alloc(tc.from)
+			require.NoError(t, err)
+			fill(p, tc.from, 3)
+			before, used := tc.a.Stats(), tc.a.Stats().PoolUsed
+			q, err := Realloc(p, tc.to, tc.into)
+			require.NoError(t, err)
+			require.Equal(t, tc.inPlace, q == p, "in place")
+			require.True(t, allIs(q, min(tc.from, tc.to), 3))
+			n, err := BlockSize(q)
+			require.NoError(t, err)
+			require.Equal(t, tc.to, n)
+			if tc.inPlace {
+				after := tc.a.Stats()
+				require.Equal(t, before.BytesLive+int64(tc.to)-int64(tc.from), after.BytesLive)
+				require.Equal(t, before.FootprintLive, after.FootprintLive)
+				require.Equal(t, before.BlocksLive, after.BlocksLive)
+				require.Equal(t, used, after.PoolUsed)
+			} else {
+				require.ErrorIs(t, Free(p), ErrDoubleFree, "the old block was freed")
+			}
+			require.NoError(t, Free(q))
+		})
+	}
+	require.Zero(t, pool.Stats().PoolUsed)
+}

@@ -231,6 +231,17 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 			a = Default()
 		}
 	}
+	if a.heap != nil && a.heap == b.Heap && uint32(a.handle) == b.Owner && !a.destroyed.Load() {
+		// Within its size class or page run the block grows (or shrinks) in
+		// place: same footprint, so the quota does not change either.
+		if old, ok, err := heap.ResizeInClass(uintptr(p), size, a.align); err == nil && ok {
+			a.shards.t.Resize(int64(old.Size), int64(size))
+			if leakCheck.Load() {
+				leakResized(p, size)
+			}
+			return p, nil
+		}
+	}
 	np, err := a.alloc(size, 0, false)
 	if err != nil {
 		return nil, err

@@ -209,11 +209,7 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	off := max(hdrSize, align)
 	c := classFor(max(size, 1)+off, align)
 	if c < 0 {
-		p, footprint, err = h.allocLarge(size, align, owner, zero)
-		if err == nil && t != nil {
-			t.CountAlloc(int64(size), int64(footprint))
-		}
-		return p, footprint, err
+		return h.allocLarge(size, align, owner, zero, t)
 	}
 	footprint = classSize[c]
 	var slot uintptr

@@ -82,22 +82,32 @@ func (h *Heap) releaseChunk(ch *chunk) {
 // allocLarge serves blocks too big for size classes: page runs inside a
 // chunk up to 2 MiB, regions of their own beyond. Large blocks carry no
 // header: the user pointer is the span's start, aligned to 64 KiB or more.
-func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr, uintptr, error) {
-	foot := roundUp(max(size, 1), pageSize)
+func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool, t *Tally) (uintptr, uintptr, error) {
+	p, foot, done, err := h.allocLargeUncounted(size, align, owner, zero, t)
+	if err == nil && !done && t != nil {
+		t.CountAlloc(int64(size), int64(foot))
+	}
+	return p, foot, err
+}
+
+// allocLargeUncounted is allocLarge; counted says it counted the block in t
+// already (a cached span: in the pinned section that took it).
+func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool, t *Tally) (p, foot uintptr, counted bool, err error) {
+	foot = roundUp(max(size, 1), pageSize)
 	if foot <= maxMedium && align <= maxMedium {
-		if s := h.takeCachedSpan(foot/pageSize, align); s != nil {
+		if s := h.takeCachedSpan(foot/pageSize, align, size, t); s != nil {
 			s.owner, s.req = owner, size
 			s.state.Store(spanLarge)
 			if zero {
 				cmem.Zero(s.base, size)
 			}
-			return s.base, foot + hdrSize, nil
+			return s.base, foot + hdrSize, true, nil
 		}
 	}
 	h.mu.Lock()
 	if h.closed.Load() {
 		h.mu.Unlock()
-		return 0, 0, ErrClosed
+		return 0, 0, false, ErrClosed
 	}
 	if foot <= maxMedium && align <= maxMedium {
 		if s := h.reuseSpare(foot/pageSize, align); s != nil {
@@ -107,12 +117,12 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 			if zero {
 				cmem.Zero(s.base, size)
 			}
-			return s.base, foot + hdrSize, nil
+			return s.base, foot + hdrSize, false, nil
 		}
 		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
 		if err != nil {
 			h.mu.Unlock()
-			return 0, 0, err
+			return 0, 0, false, err
 		}
 		s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
 		s.state.Store(spanLarge)
@@ -123,14 +133,14 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 		if zero && !fresh {
 			cmem.Zero(s.base, size)
 		}
-		return s.base, foot + hdrSize, nil
+		return s.base, foot + hdrSize, false, nil
 	}
 	s, fresh := h.reuseHuge(foot, align)
 	h.mu.Unlock()
 	if s == nil {
-		p, err := h.src.Acquire(foot, max(align, chunkSize))
-		if err != nil {
-			return 0, 0, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
+		var p uintptr
+		if p, err = h.src.Acquire(foot, max(align, chunkSize)); err != nil {
+			return 0, 0, false, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
 		}
 		ch := &chunk{heap: h, base: p, size: foot}
 		s = &span{chunk: ch, base: p, npages: foot / pageSize, size: foot}
@@ -147,7 +157,7 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool) (uintptr
 	if zero && !fresh {
 		cmem.Zero(s.base, size)
 	}
-	return s.base, s.size + hdrSize, nil
+	return s.base, s.size + hdrSize, false, nil
 }
 
 // maxSpare bounds the bytes of freed medium spans a heap keeps whole.
@@ -220,11 +230,12 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
-	if t := tallyOf(b.Owner); t != nil {
-		t.CountFree(int64(b.Size), int64(b.Footprint))
-	}
-	if ch.huge == nil && h.cacheSpan(s) {
+	t := tallyOf(b.Owner)
+	if ch.huge == nil && h.cacheSpan(s, b, t) {
 		return b, nil
+	}
+	if t != nil {
+		t.CountFree(int64(b.Size), int64(b.Footprint))
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -255,43 +266,70 @@ func (h *Heap) keepOrFree(s *span) {
 	h.releaseHuge(s)
 }
 
-// cacheSpan keeps a freed medium span in the current P's cache.
-func (h *Heap) cacheSpan(s *span) bool {
+// cacheSpan keeps a freed medium span in the current P's cache and counts
+// b out of t there, in one pinned section. False: not kept, not counted.
+func (h *Heap) cacheSpan(s *span, b Block, t *Tally) bool {
 	if h.closed.Load() {
 		return false
 	}
-	pc := h.cacheOf(pcpu.Pin())
-	if pc == nil {
+	pid := pcpu.Pin()
+	cs := *h.caches.Load()
+	if pid >= len(cs) {
 		pcpu.Unpin()
 		return false
 	}
-	defer pc.unpin()
-	if pc.nspans == len(pc.spans) {
-		return false
+	pc := cs[pid]
+	pc.guard.Lock()
+	ok := pc.nspans < len(pc.spans)
+	counted := t == nil
+	if ok {
+		pc.spans[pc.nspans] = s
+		pc.nspans++
+		if !counted {
+			counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
+		}
 	}
-	pc.spans[pc.nspans] = s
-	pc.nspans++
-	return true
+	pc.guard.Unlock()
+	pcpu.Unpin()
+	if ok && !counted {
+		t.CountFree(int64(b.Size), int64(b.Footprint))
+	}
+	return ok
 }
 
 // takeCachedSpan takes a cached medium span of n pages aligned to align
-// from the current P's cache.
-func (h *Heap) takeCachedSpan(n, align uintptr) *span {
-	pc := h.cacheOf(pcpu.Pin())
-	if pc == nil {
+// from the current P's cache and counts a block of size bytes in t there.
+func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
+	pid := pcpu.Pin()
+	cs := *h.caches.Load()
+	if pid >= len(cs) {
 		pcpu.Unpin()
 		return nil
 	}
-	defer pc.unpin()
+	pc := cs[pid]
+	pc.guard.Lock()
+	var s *span
 	for i := pc.nspans - 1; i >= 0; i-- {
-		if s := pc.spans[i]; s.npages == n && s.base%align == 0 {
+		if c := pc.spans[i]; c.npages == n && c.base%align == 0 {
+			s = c
 			pc.nspans--
 			pc.spans[i] = pc.spans[pc.nspans]
 			pc.spans[pc.nspans] = nil
-			return s
+			break
 		}
 	}
-	return nil
+	counted, sample := t == nil, false
+	if s != nil && !counted {
+		counted, sample = t.countPinned(pid, true, int64(size), int64(s.size+hdrSize))
+	}
+	pc.guard.Unlock()
+	pcpu.Unpin()
+	if s != nil && !counted {
+		t.CountAlloc(int64(size), int64(s.size+hdrSize))
+	} else if sample {
+		t.SamplePeak()
+	}
+	return s
 }
 
 func (h *Heap) releaseHuge(s *span) {

@@ -69,3 +69,53 @@ func Resize(p, size uintptr) (old Block, ok bool, err error) {
 	s.req = size
 	return old, true, nil
 }
+
+// ResizeInClass is Resize for realloc: it resizes only when a fresh
+// Alloc(size, align) would occupy exactly what the block occupies now (the
+// same size class, or the same run of pages) and p has that alignment, so
+// that a realloc that shrinks to a smaller class still moves and gives the
+// slot back. Like Resize it counts nothing: the caller updates the owner's
+// tally.
+func ResizeInClass(p, size, align uintptr) (old Block, ok bool, err error) {
+	if align < minAlign {
+		align = minAlign
+	}
+	if old, err = Inspect(p); err != nil {
+		return Block{}, false, err
+	}
+	if size == 0 || size > maxAlloc || p&(align-1) != 0 {
+		return old, false, nil
+	}
+	ch := lookup(p)
+	h := ch.heap
+	s := ch.huge
+	if s == nil {
+		s = ch.pages[(p-ch.base)>>pageShift].Load()
+	}
+	if s.state.Load() == spanSmall {
+		hd := hdr(p)
+		off := uintptr(hd.off)
+		// It must fit after its offset, and a fresh block would be of this
+		// class (a shrink to a smaller class moves, to give the slot back).
+		if off+size > s.size || classFor(size+max(hdrSize, align), align) != s.class {
+			return old, false, nil
+		}
+		hd.size = uint32(size)
+	} else {
+		if classFor(max(size, 1)+max(hdrSize, align), align) >= 0 {
+			return old, false, nil // would be a small block
+		}
+		foot := roundUp(size, pageSize)
+		if ch.huge == nil && foot != s.size || ch.huge != nil && (foot > s.size || s.size-foot > foot/4) {
+			return old, false, nil
+		}
+		h.mu.Lock()
+		if s.state.Load() != spanLarge || p != s.base {
+			h.mu.Unlock()
+			return old, false, nil // freed meanwhile: the caller's race, not ours to hide
+		}
+		s.req = size
+		h.mu.Unlock()
+	}
+	return old, true, nil
+}

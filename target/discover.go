@@ -157,6 +157,8 @@ func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugi
 func Shutdown() error {
 	syncQueues() // frees waiting on a queue (FreeAfter) happen before the hooks
 	runShutdownHooks()
+	holdFns.Store(true)
+	defer runHeldFns() // after the locks below are let go
 	worldMu.Lock()
 	defer worldMu.Unlock()
 	holdMu.Lock()

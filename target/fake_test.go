@@ -33,6 +33,7 @@ type fakeImpl struct {
 
 	failHostAlloc atomic.Bool
 	failLock      atomic.Bool
+	failSync      atomic.Bool // queues' Synchronize fails (Destroy still waits)
 
 	gateMu sync.Mutex
 	gate   chan struct{} // while not nil, queue workers wait for it to close
@@ -298,6 +299,9 @@ func (q *fakeQueue) Query() (bool, error) {
 }
 
 func (q *fakeQueue) Synchronize() error {
+	if q.f.failSync.Load() {
+		return fmt.Errorf("fake synchronize: %w", errInjected)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.ops) > 0 {

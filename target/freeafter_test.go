@@ -3,6 +3,7 @@ package target
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +85,35 @@ func TestQueueFreeAfter(t *testing.T) {
 	require.NoError(t, q.Close())
 	require.ErrorIs(t, q.FreeAfter(func() { ran.Add(1) }), ErrQueueClosed)
 	require.Equal(t, int32(2), ran.Load())
+}
+
+// A function still waiting on a queue when Shutdown destroys it (here its
+// Synchronize failed) runs after Shutdown let go of its locks: a deferred
+// free may give a pinned chunk back through a device, which takes them.
+func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
+	f, d := withFake(t, 0)
+	const n = 4096
+	dev, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+	f.holdWork()
+	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	var ran atomic.Int32
+	require.NoError(t, q.FreeAfter(func() {
+		_ = NumDevices() // takes the world's lock, as a chunk's unlock does
+		ran.Add(1)
+	}))
+	f.failSync.Store(true)
+	f.release()
+	done := make(chan error, 1)
+	go func() { done <- Shutdown() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown deadlocked running a deferred free under its locks")
+	}
+	f.failSync.Store(false)
+	require.Equal(t, int32(1), ran.Load())
 }

@@ -241,7 +241,7 @@ func (d *Device) release(done []pending) {
 			hostUses.Add(-1)
 		}
 		if p.fn != nil {
-			p.fn()
+			runFn(p.fn)
 		}
 	}
 }
@@ -319,6 +319,40 @@ func FreeAfterUse(p, n uintptr, free func()) bool {
 	}
 	done()
 	return true
+}
+
+// While Shutdown holds the world's locks, the functions that destroying its
+// queues releases wait for it to let go of them: a deferred free may give a
+// pinned chunk back, which unlocks it through a device and takes those locks.
+var (
+	holdFns   atomic.Bool
+	heldFnsMu sync.Mutex
+	heldFns   []func()
+)
+
+func runFn(fn func()) {
+	if holdFns.Load() {
+		heldFnsMu.Lock()
+		if holdFns.Load() {
+			heldFns = append(heldFns, fn)
+			heldFnsMu.Unlock()
+			return
+		}
+		heldFnsMu.Unlock()
+	}
+	fn()
+}
+
+// runHeldFns stops holding functions back and runs those held.
+func runHeldFns() {
+	heldFnsMu.Lock()
+	holdFns.Store(false)
+	fns := heldFns
+	heldFns = nil
+	heldFnsMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // syncQueues waits for the work of every open queue and releases what it

@@ -98,6 +98,41 @@ func TestFakeDriversChild(t *testing.T) {
 		require.True(t, hasFill(back, n, 42))
 	})
 
+	t.Run("AMD with SVM: copies from locked memory lock nothing again", func(t *testing.T) {
+		// ROCm locking through the KFD SVM API: pointer info says UNKNOWN.
+		t.Setenv("FAKEHSA_SVM", "1")
+		const n = 1 << 16
+		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")
+		lockCalls := func() uintptr {
+			b := append([]byte("lock_calls"), 0)
+			return loader.Call(count, uintptr(unsafePointer(b)))
+		}
+		d2, _ := Get(2)
+		d3, _ := Get(3)
+		h := hostMem(t, n)
+		_, err := d2.LockMem(h, n)
+		require.NoError(t, err)
+		calls := lockCalls()
+		_, err = d3.LockMem(h+4096, 4096)
+		require.NoError(t, err, "inside device 2's lock: a reference, not a refused second lock")
+		dev, err := d2.Alloc(plugin.MemDevice, n)
+		require.NoError(t, err)
+		q, err := d2.NewQueue()
+		require.NoError(t, err)
+		fill(h+100, 1000, 91)
+		require.NoError(t, d2.Submit(dev, h+100, 1000, q))
+		require.NoError(t, q.Synchronize())
+		clearMem(h+100, 1000)
+		require.NoError(t, d2.Retrieve(h+100, dev, 1000, q))
+		require.NoError(t, q.Synchronize())
+		require.True(t, hasFill(h+100, 1000, 91))
+		require.Equal(t, calls, lockCalls(), "no hsa_amd_memory_lock for copies of locked memory")
+		require.NoError(t, q.Close())
+		require.NoError(t, d2.Free(plugin.MemDevice, dev))
+		require.NoError(t, d3.UnlockMem(h+4096))
+		require.NoError(t, d2.UnlockMem(h))
+	})
+
 	t.Run("memcpy between the two AMD GPUs goes device to device", func(t *testing.T) {
 		const n = 1 << 20
 		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")

@@ -522,6 +522,14 @@ func (r *Registry) Stats() Stats {
 	return s
 }
 
+// Each calls f with every entry, in address order, until f returns false.
+// It holds the writer mutex: f must not call the registry.
+func (r *Registry) Each(f func(EntryInfo) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tree.Ascend(func(e *entry) bool { return f(e.info(e.refs.Load())) })
+}
+
 // Dump writes one line per entry, in address order.
 func (r *Registry) Dump(w io.Writer) {
 	r.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -39,6 +40,60 @@ func VmLckKiB() (kib int, ok bool) {
 	return 0, false
 }
 
+// Consistent reports whether the kernel, the registries and the pinned heaps
+// agree now, or nil: the bytes alloc.Pinned reports, the bytes counted
+// under the pinned-bytes limit and the bytes the registries hold for pinned
+// heaps (Registry.Hold) are equal, and VmLck is the baseline plus the pages
+// of the host device's locked and registered entries (what it mlocked; pages
+// two entries share count once). Call it while no allocation, lock or
+// unlock is in flight.
+func (b Baseline) Consistent() error {
+	var msgs []string
+	ps := alloc.Pinned()
+	_, used := alloc.PinnedLimit()
+	var held, hostKiB uintptr
+	for _, d := range target.Devices() {
+		_, hb := d.Registry().HeldStats()
+		held += hb
+		if d.IsHost() {
+			hostKiB = lockedPages(d) * uintptr(os.Getpagesize()) / 1024
+		}
+	}
+	if ps.Bytes != held || used != held {
+		msgs = append(msgs, fmt.Sprintf("pinned heaps report %d bytes, the pinned-bytes limit counts %d, the registries hold %d for pinned heaps", ps.Bytes, used, held))
+	}
+	if b.hasVmLck {
+		if n, ok := VmLckKiB(); ok && uintptr(n-b.vmLckKiB) != hostKiB {
+			msgs = append(msgs, fmt.Sprintf("VmLck is %d kB above its %d kB baseline, the host device's registry holds %d kB of locked pages", n-b.vmLckKiB, b.vmLckKiB, hostKiB))
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("inconsistent: %s", strings.Join(msgs, "; "))
+}
+
+// lockedPages counts the pages covered by d's locked and registered
+// entries (entries are in address order and never overlap, but two may
+// share a page).
+func lockedPages(d *target.Device) uintptr {
+	pg := uintptr(os.Getpagesize())
+	var pages, last uintptr // last: the end of the pages counted so far
+	d.Registry().Each(func(e pinned.EntryInfo) bool {
+		if e.Kind == pinned.KindExternal {
+			return true
+		}
+		lo, hi := e.Host/pg, (e.Host+e.Size+pg-1)/pg
+		lo = max(lo, last)
+		if hi > lo {
+			pages += hi - lo
+			last = hi
+		}
+		return true
+	})
+	return pages
+}
+
 // Check trims the pinned heaps and reports what is still held, or nil.
 func (b Baseline) Check() error {
 	alloc.Trim()
@@ -67,6 +122,9 @@ func (b Baseline) Check() error {
 		if n, ok := VmLckKiB(); ok && n > b.vmLckKiB {
 			msgs = append(msgs, fmt.Sprintf("VmLck is %d kB, %d kB when the tests started", n, b.vmLckKiB))
 		}
+	}
+	if err := b.Consistent(); err != nil {
+		msgs = append(msgs, err.Error())
 	}
 	if len(msgs) == 0 {
 		return nil

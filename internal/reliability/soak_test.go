@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/leakcheck"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -46,18 +48,22 @@ func soakDuration(t *testing.T) time.Duration {
 type soakCounts struct {
 	allocs, frees, reallocs, failures, fallbacks atomic.Int64
 	locks, sharedLocks, transfers, checks        atomic.Int64
+	pinLocks, trims, shutdowns, exactChecks      atomic.Int64
 	misaligned                                   atomic.Int64 // fallback blocks without the allocator's alignment
 }
 
 func (c *soakCounts) total() int64 {
-	return c.allocs.Load() + c.frees.Load() + c.reallocs.Load() + c.locks.Load() + c.sharedLocks.Load() + c.transfers.Load()
+	return c.allocs.Load() + c.frees.Load() + c.reallocs.Load() + c.locks.Load() + c.sharedLocks.Load() + c.transfers.Load() +
+		c.pinLocks.Load() + c.trims.Load() + c.shutdowns.Load()
 }
 
 func (c *soakCounts) String() string {
 	return fmt.Sprintf("%d operations: %d allocs (%d refused by a null_fb quota or limit, %d served by a fallback), "+
-		"%d frees, %d reallocs, %d private lock/unlock rounds, %d shared lock/unlock pairs, %d transfers; %d invariant sweeps",
+		"%d frees, %d reallocs, %d private lock/unlock rounds, %d shared lock/unlock pairs, %d transfers, "+
+		"%d user lock/unlock pairs on pinned blocks, %d trims, %d refused shutdowns; %d invariant sweeps, %d exact (quiescent) VmLck/registry/Stats checks",
 		c.total(), c.allocs.Load(), c.failures.Load(), c.fallbacks.Load(), c.frees.Load(), c.reallocs.Load(),
-		c.locks.Load(), c.sharedLocks.Load(), c.transfers.Load(), c.checks.Load())
+		c.locks.Load(), c.sharedLocks.Load(), c.transfers.Load(), c.pinLocks.Load(), c.trims.Load(), c.shutdowns.Load(),
+		c.checks.Load(), c.exactChecks.Load())
 }
 
 type soakBlock struct {
@@ -86,6 +92,7 @@ type soakAlloc struct {
 func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakCounts {
 	base := snapshot()
 	baseVmLck := vmLck()
+	exact := leakcheck.Start() // VmLck, registries and pinned Stats agree whenever nothing is in flight
 	oldLimit := alloc.SetPinnedLimit(base.PinnedUsed + 48<<20)
 	defer alloc.SetPinnedLimit(oldLimit)
 
@@ -119,6 +126,9 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 	var sharedHeld atomic.Int64 // references the workers hold now
 
 	var counts soakCounts
+	// Workers hold pause for reading during each operation; the checker
+	// takes it for writing to see a quiescent runtime and check it exactly.
+	var pause sync.RWMutex
 	stop := make(chan struct{})
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -159,6 +169,15 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 				report("the shared range has %d references; the model allows 1..%d (%d held now)", e.Refs, 1+workers, sharedHeld.Load())
 			}
 			counts.checks.Add(1)
+			if counts.checks.Load()%10 == 0 {
+				pause.Lock()
+				err := exact.Consistent()
+				pause.Unlock()
+				if err != nil {
+					report("quiescent check: %v", err)
+				}
+				counts.exactChecks.Add(1)
+			}
 		}
 	}()
 
@@ -204,7 +223,9 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 					return uintptr(2<<20 + r.IntN(1<<20))
 				}
 			}
-			for time.Now().Before(deadline) && !failed.Load() {
+			step := func() {
+				pause.RLock()
+				defer pause.RUnlock()
 				switch op := r.IntN(100); {
 				case op < 50 && len(live) < 64: // alloc, calloc, aligned alloc
 					sa := allocs[r.IntN(len(allocs))]
@@ -231,7 +252,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 							report("alloc of %d on %s: %v", n, sa.name, err)
 						}
 						counts.failures.Add(1)
-						continue
+						return
 					}
 					if uintptr(p)%align != 0 {
 						if o, err := alloc.Owner(p); err == nil && o != sa.a && uintptr(p)%max(16, o.Traits().Alignment) == 0 {
@@ -272,7 +293,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 							report("realloc to %d on %s: %v", n, sa.name, err)
 						}
 						check(b) // the old block is intact
-						continue
+						return
 					}
 					kept := min(b.size, n, 4096)
 					if !holds(bytesAt(np, kept), b.seed) {
@@ -347,6 +368,12 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 					counts.transfers.Add(1)
 				}
 			}
+			for time.Now().Before(deadline) && !failed.Load() {
+				step()
+				if len(live) > 0 && r.IntN(3) == 0 {
+					pinnedStep(dev, r, live[r.IntN(len(live))].p, &counts, report)
+				}
+			}
 			for _, b := range live {
 				check(b)
 				if err := alloc.Free(b.p); err != nil {
@@ -382,6 +409,51 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 }
 
 func max2(a, b uintptr) uintptr { return max(a, b) }
+
+// pinnedStep runs, on a live block p, what issue 9 found wrong with pinned
+// memory: a user lock and unlock inside a pinned block (a reference of the
+// chunk's entry, never its own), now and then a Trim, and a Shutdown that
+// must refuse while the block's chunk is held.
+func pinnedStep(dev *target.Device, r *rand.Rand, p unsafe.Pointer, counts *soakCounts, report func(string, ...any)) {
+	e, ok := dev.Registry().Entry(uintptr(p))
+	if !ok {
+		return // not pinned (a fallback block, or unpinned allocator)
+	}
+	if _, held := dev.Registry().Held(e.Host); !held {
+		return
+	}
+	switch x := r.IntN(2000); {
+	case x == 0:
+		alloc.Trim()
+		counts.trims.Add(1)
+	case x == 1:
+		err := target.Shutdown()
+		if !errors.Is(err, target.ErrBusy) {
+			report("Shutdown with a pinned block live: %v, want ErrBusy", err)
+		}
+		if d, err := target.Get(dev.ID); err != nil || d != dev {
+			report("Shutdown refused, but the device changed: %v", err)
+		}
+		counts.shutdowns.Add(1)
+	default:
+		n := min(uintptr(64), e.Host+e.Size-uintptr(p))
+		dp, err := dev.LockMem(uintptr(p), n)
+		if err != nil {
+			report("user lock inside a pinned block: %v", err)
+			return
+		}
+		if dp != e.Dev+(uintptr(p)-e.Host) {
+			report("user lock inside a pinned block: device address %#x, want %#x", dp, e.Dev+(uintptr(p)-e.Host))
+		}
+		if err := dev.UnlockMem(uintptr(p)); err != nil {
+			report("user unlock inside a pinned block: %v", err)
+		}
+		if !dev.Registry().IsPinned(uintptr(p)) {
+			report("a user unlock unpinned the chunk of a live pinned block")
+		}
+		counts.pinLocks.Add(1)
+	}
+}
 
 func blockIsZero(b []byte) bool {
 	for i := 0; i < len(b); i += 1 + len(b)/4096 {

@@ -1,0 +1,66 @@
+package leakcheck
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// The invariant holds with pinned blocks, user locks (also two sharing a
+// page) and registered host memory live, and sees a page locked behind the
+// registries' back.
+func TestConsistentSeesVmLckDisagree(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("VmLck is Linux's")
+	}
+	alloc.Trim()
+	base := Start()
+	require.NoError(t, base.Consistent())
+
+	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.NullFb))
+	require.NoError(t, err)
+	p, err := a.Alloc(100)
+	require.NoError(t, err)
+	big, err := a.Alloc(3 << 20)
+	require.NoError(t, err)
+	require.NoError(t, base.Consistent(), "pinned chunk and huge region")
+
+	host, err := target.Get(target.InitialDevice())
+	require.NoError(t, err)
+	c, err := loader.C()
+	require.NoError(t, err)
+	buf, err := c.Map(4 * 4096)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Unmap(buf, 4*4096)) }()
+	_, err = host.LockMem(buf+100, 200)
+	require.NoError(t, err)
+	_, err = host.LockMem(buf+400, 5000) // shares page 0 with the first
+	require.NoError(t, err)
+	hp, err := host.Alloc(plugin.MemHost, 10000) // registered, mlocked
+	require.NoError(t, err)
+	require.NoError(t, base.Consistent(), "user locks and host-pinned memory")
+
+	require.NoError(t, c.Mlock(buf+3*4096, 4096)) // behind the runtime's back
+	err = base.Consistent()
+	require.ErrorContains(t, err, "VmLck is")
+	require.NoError(t, c.Munlock(buf+3*4096, 4096))
+	require.NoError(t, base.Consistent())
+
+	require.NoError(t, host.Free(plugin.MemHost, hp))
+	require.NoError(t, host.UnlockMem(buf+100))
+	require.NoError(t, host.UnlockMem(buf+400))
+	require.NoError(t, alloc.Free(p))
+	require.NoError(t, alloc.Free(big))
+	require.NoError(t, a.Destroy())
+	alloc.Trim()
+	require.NoError(t, base.Consistent())
+	require.NoError(t, base.Check())
+}

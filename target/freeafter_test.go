@@ -33,6 +33,8 @@ func TestFreeAfterUse(t *testing.T) {
 	require.True(t, HostInUse())
 	var freed atomic.Int32
 	require.False(t, FreeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
+	other := hostMem(t, n)
+	require.False(t, FreeAfterUse(other, n, func() { freed.Add(100) }), "not in a registry: no pinned copy can use it")
 	require.True(t, FreeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
 	done, err := q.Query()
 	require.NoError(t, err)

@@ -289,6 +289,15 @@ func FreeAfterUse(p, n uintptr, free func()) bool {
 	}
 	var users []*Queue
 	for _, d := range w.devices {
+		// Only memory a registry knows takes the pinned path: a lock-free
+		// lookup spares the queue scan for every other block (a block that
+		// merely holds a locked range inside it, touching neither end, is
+		// not looked for: the pinned heaps' blocks lie in locked chunks).
+		if _, ok := d.reg.Lookup(p); !ok {
+			if _, ok := d.reg.Lookup(p + n - 1); !ok {
+				continue
+			}
+		}
 		d.qmu.Lock()
 		for q := range d.queues {
 			users = append(users, q)

@@ -7,6 +7,9 @@
 #
 # Environment:
 #   COUNT=5              go test -count; the best (lowest) of the runs is kept
+#   ROUNDS=1             rounds of both sides, C then Go, interleaved: on a
+#                        shared machine the load moves between the two sides
+#                        less than within one long run (best over all rounds)
 #   BENCHTIME=           go test -benchtime (default: go's own)
 #   CTIME=0.2 CRUNS=5    seconds per run and runs of the C benchmark (best kept)
 #   CLANG=clang-16       compiler for the C benchmark
@@ -22,6 +25,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 COUNT=${COUNT:-5}
+ROUNDS=${ROUNDS:-1}
 BENCHTIME=${BENCHTIME:-}
 CTIME=${CTIME:-0.2}
 CRUNS=${CRUNS:-5}
@@ -35,7 +39,8 @@ go_pattern='^Benchmark(AllocFree|MixedBatch|AllocFreeParallel2|PinnedAllocFree)'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# --- libomp side -----------------------------------------------------------
+# --- both sides, ROUNDS times --------------------------------------------
+go_cmd="go test -run '^\$' -bench '$go_pattern' -count $COUNT${BENCHTIME:+ -benchtime $BENCHTIME} ./kmp"
 if [[ -n ${LIBOMP_BENCH_OUTPUT:-} ]]; then
 	cp "$LIBOMP_BENCH_OUTPUT" "$tmp/libomp.txt"
 else
@@ -46,24 +51,33 @@ else
 	fi
 	"$CLANG" -O2 -fopenmp -L"$LLVM_LIB" -Wl,-rpath,"$LLVM_LIB" \
 		-o "$tmp/libomp_bench" "$here/libomp_bench.c"
-	echo "run.sh: running libomp_bench (-time $CTIME -runs $CRUNS)" >&2
-	"$tmp/libomp_bench" -time "$CTIME" -runs "$CRUNS" >"$tmp/libomp.txt"
 fi
-cat "$tmp/libomp.txt" >&2
-
-# --- ompalloc side ---------------------------------------------------------
-go_cmd="go test -run '^\$' -bench '$go_pattern' -count $COUNT${BENCHTIME:+ -benchtime $BENCHTIME} ./kmp"
 if [[ -n ${GO_BENCH_OUTPUT:-} ]]; then
 	cp "$GO_BENCH_OUTPUT" "$tmp/go.txt"
 else
-	echo "run.sh: $go_cmd" >&2
-	if ! (cd "$root" && go test -run '^$' -bench "$go_pattern" -count "$COUNT" \
-		${BENCHTIME:+-benchtime "$BENCHTIME"} ./kmp) >"$tmp/go.txt" 2>&1; then
-		cat "$tmp/go.txt" >&2
-		echo "run.sh: go test failed" >&2
+	# Built once, so that every round runs the same binary.
+	if ! (cd "$root" && go test -c -o "$tmp/kmp.test" ./kmp) >"$tmp/build.txt" 2>&1; then
+		cat "$tmp/build.txt" >&2
+		echo "run.sh: go test -c failed" >&2
 		exit 1
 	fi
 fi
+for ((r = 1; r <= ROUNDS; r++)); do
+	if [[ -z ${LIBOMP_BENCH_OUTPUT:-} ]]; then
+		echo "run.sh: round $r/$ROUNDS: libomp_bench -time $CTIME -runs $CRUNS" >&2
+		"$tmp/libomp_bench" -time "$CTIME" -runs "$CRUNS" >>"$tmp/libomp.txt"
+	fi
+	if [[ -z ${GO_BENCH_OUTPUT:-} ]]; then
+		echo "run.sh: round $r/$ROUNDS: $go_cmd" >&2
+		if ! (cd "$root/kmp" && "$tmp/kmp.test" -test.run '^$' -test.bench "$go_pattern" -test.count "$COUNT" \
+			${BENCHTIME:+-test.benchtime "$BENCHTIME"}) >>"$tmp/go.txt" 2>&1; then
+			cat "$tmp/go.txt" >&2
+			echo "run.sh: the Go benchmarks failed" >&2
+			exit 1
+		fi
+	fi
+done
+cat "$tmp/libomp.txt" >&2
 cat "$tmp/go.txt" >&2
 
 # --- best of each, per side ------------------------------------------------
@@ -106,7 +120,7 @@ for c in $cases; do
 	[[ -n $ours ]] || missing=$((missing + 1))
 	printf '%-32s %15s %13s %7s\n' "$c" "${ours:--}" "${theirs:--}" "$ratio"
 done
-echo "# ratio = ompalloc / libomp (below 1 means ompalloc is faster); best of $COUNT (Go) and $CRUNS (C) runs"
+echo "# ratio = ompalloc / libomp (below 1 means ompalloc is faster); best of $COUNT (Go) and $CRUNS (C) runs, $ROUNDS interleaved round(s)"
 echo "# ompalloc: $go_cmd"
 echo "# libomp:   $CLANG -O2 -fopenmp libomp_bench.c; libomp_bench -time $CTIME -runs $CRUNS"
 if ((missing > 0)); then

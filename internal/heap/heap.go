@@ -268,15 +268,18 @@ func Free(p uintptr) (Block, error) {
 	if s.state.Load() != spanSmall {
 		return h.freeLarge(ch, s, p)
 	}
-	slot, err := checkSmall(s, p)
-	if err != nil {
-		return Block{}, err
-	}
+	// The common case inline: p is 16-aligned at its slot's recorded offset
+	// and wins the CAS live → free. Anything else, checkSmall explains.
+	slot := s.base + uintptr(uint64(p-s.base)*s.divMul>>divShift)*s.size
 	hd := hdr(p)
-	b := Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}
-	if !atomic.CompareAndSwapUint32(&hd.magic, magicLive, magicFree) {
-		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	if p%minAlign != 0 || p-slot < hdrSize || uintptr(hd.off) != p-slot ||
+		!atomic.CompareAndSwapUint32(&hd.magic, magicLive, magicFree) {
+		if _, err := checkSmall(s, p); err != nil {
+			return Block{}, err
+		}
+		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p) // a racing free won the CAS
 	}
+	b := Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}
 	h.freeSlot(s.class, slot, b)
 	return b, nil
 }

@@ -168,7 +168,7 @@ const maxSpare = 16 << 20
 func (h *Heap) reuseSpare(n, align uintptr) *span {
 	l := h.spare[n]
 	for i := len(l) - 1; i >= 0; i-- {
-		if s := l[i]; s.base%align == 0 {
+		if s := l[i]; s.base&(align-1) == 0 {
 			h.spare[n] = append(l[:i], l[i+1:]...)
 			h.spareN -= int(s.size)
 			return s
@@ -193,7 +193,7 @@ func (h *Heap) dropSpare() {
 func (h *Heap) reuseHuge(foot, align uintptr) (*span, bool) {
 	best := -1
 	for i, s := range h.huge {
-		if s.size >= foot && s.size-foot <= foot/4 && s.base%align == 0 &&
+		if s.size >= foot && s.size-foot <= foot/4 && s.base&(align-1) == 0 &&
 			(best < 0 || s.size < h.huge[best].size) {
 			best = i
 		}
@@ -310,7 +310,7 @@ func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
 	pc.guard.Lock()
 	var s *span
 	for i := pc.nspans - 1; i >= 0; i-- {
-		if c := pc.spans[i]; c.npages == n && c.base%align == 0 {
+		if c := pc.spans[i]; c.npages == n && c.base&(align-1) == 0 {
 			s = c
 			pc.nspans--
 			pc.spans[i] = pc.spans[pc.nspans]

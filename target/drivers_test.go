@@ -133,6 +133,29 @@ func TestFakeDriversChild(t *testing.T) {
 		require.NoError(t, d2.UnlockMem(h))
 	})
 
+	t.Run("AMD: a copy starting in a locked prefix runs past its end", func(t *testing.T) {
+		const n, locked = 1 << 17, 1 << 12 // larger than the staging threshold
+		d2, _ := Get(2)
+		h := hostMem(t, n)
+		_, err := d2.LockMem(h, locked)
+		require.NoError(t, err)
+		dev, err := d2.Alloc(plugin.MemDevice, n)
+		require.NoError(t, err)
+		q, err := d2.NewQueue()
+		require.NoError(t, err)
+		fill(h, n, 93)
+		require.NoError(t, d2.Submit(dev, h, n, nil))
+		require.NoError(t, d2.Submit(dev, h, n, q))
+		require.NoError(t, q.Synchronize())
+		clearMem(h, n)
+		require.NoError(t, d2.Retrieve(h, dev, n, q))
+		require.NoError(t, q.Synchronize())
+		require.True(t, hasFill(h, n, 93))
+		require.NoError(t, q.Close())
+		require.NoError(t, d2.Free(plugin.MemDevice, dev))
+		require.NoError(t, d2.UnlockMem(h))
+	})
+
 	t.Run("memcpy between the two AMD GPUs goes device to device", func(t *testing.T) {
 		const n = 1 << 20
 		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")

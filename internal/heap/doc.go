@@ -20,6 +20,9 @@
 // the central lists under the heap's mutex. Trim drains the caches and gives
 // empty chunks back to the source.
 //
+// Zeroed requests clear only memory that may hold old bytes: slots and
+// pages never used since the source handed them over are zero already.
+//
 // Span life: a span is made from free pages (dead → small/large); a small
 // span returns its pages when every slot is back in its central list; a
 // large span returns them at Free; a huge region is either released at

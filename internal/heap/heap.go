@@ -101,6 +101,7 @@ type span struct {
 	divMul        uint64  // slot index of an offset o: o*divMul>>divShift (o/size without a divide)
 	nslots, nfree uint32  // nfree: slots neither handed out nor cached
 	fresh         uintptr // next never-used slot when the free list is empty
+	zeroed        bool    // cut from pages fresh from the source: never-used slots are zero
 	free          uintptr // central free list
 	next, prev    *span   // partial list of the class
 	inPartial     bool
@@ -240,12 +241,16 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 		t.SamplePeak()
 	}
 	p = slot + off
+	clear := zero && !neverUsed(slot) // before the header and mark change it
 	// Plain stores: the block is not yet shared, and whoever frees it later
 	// learns of it through the program's own synchronisation.
+	if off > hdrSize {
+		*(*uint32)(cmem.Ptr(slot)) = usedMark
+	}
 	hd := hdr(p)
 	hd.owner, hd.size, hd.off, hd.magic = owner, uint32(size), uint32(off), magicLive
-	if zero {
-		cmem.Zero(p, size)
+	if clear {
+		zeroBlock(p, size)
 	}
 	return p, footprint, nil
 }

@@ -6,7 +6,6 @@ package heap
 import (
 	"fmt"
 
-	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
@@ -99,7 +98,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			s.owner, s.req = owner, size
 			s.state.Store(spanLarge)
 			if zero {
-				cmem.Zero(s.base, size)
+				zeroBlock(s.base, size)
 			}
 			return s.base, foot + hdrSize, true, nil
 		}
@@ -115,7 +114,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			s.state.Store(spanLarge)
 			h.mu.Unlock()
 			if zero {
-				cmem.Zero(s.base, size)
+				zeroBlock(s.base, size)
 			}
 			return s.base, foot + hdrSize, false, nil
 		}
@@ -131,7 +130,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		ch.pages[first].Store(s)
 		h.mu.Unlock()
 		if zero && !fresh {
-			cmem.Zero(s.base, size)
+			zeroBlock(s.base, size)
 		}
 		return s.base, foot + hdrSize, false, nil
 	}
@@ -155,7 +154,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	s.owner, s.req = owner, size
 	s.state.Store(spanLarge)
 	if zero && !fresh {
-		cmem.Zero(s.base, size)
+		zeroBlock(s.base, size)
 	}
 	return s.base, s.size + hdrSize, false, nil
 }

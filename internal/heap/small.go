@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
@@ -96,11 +97,12 @@ func (h *Heap) takeSlots(c, want int) (head, tail uintptr, n int, err error) {
 
 func (h *Heap) newSmallSpan(c int) (*span, error) {
 	np := classPages[c]
-	ch, first, _, err := h.allocPages(np, 1)
+	ch, first, fresh, err := h.allocPages(np, 1)
 	if err != nil {
 		return nil, err
 	}
 	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c], divMul: classDivMul[c]}
+	s.zeroed = fresh
 	s.nslots = uint32(np * pageSize / s.size)
 	s.nfree = s.nslots
 	s.fresh = s.base
@@ -249,4 +251,38 @@ func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
 	h.mu.Lock()
 	h.returnList(head)
 	h.mu.Unlock()
+}
+
+// usedMark is written in the first word of a slot handed out at an offset
+// above 16 (where that word is padding; at offset 16 the header's magic is
+// there), so that a zero first word means the slot was never handed out.
+const usedMark = 0x4f4d5055 // "UPMO"
+
+// neverUsed reports whether the slot, about to be handed out, holds only
+// zero bytes after its header: no block ever had it (its first word is
+// zero; see usedMark) and its span was cut from pages fresh from the source
+// (zero-filled, never used since). Calloc then need not clear it. Only
+// calloc's path asks.
+func neverUsed(slot uintptr) bool {
+	if *(*uint32)(cmem.Ptr(slot)) != 0 {
+		return false
+	}
+	ch := lookup(slot)
+	s := ch.pages[(slot-ch.base)>>pageShift].Load()
+	return s.zeroed
+}
+
+// zeroedBytes counts the bytes Alloc cleared for zero requests while
+// countZeroed is set (by tests that check fresh memory is not cleared
+// again; off, calloc pays no shared counter).
+var (
+	countZeroed bool
+	zeroedBytes atomic.Uint64
+)
+
+func zeroBlock(p, n uintptr) {
+	cmem.Zero(p, n)
+	if countZeroed {
+		zeroedBytes.Add(uint64(n))
+	}
 }

@@ -1,0 +1,60 @@
+package heap
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+)
+
+// TestCallocFreshNotCleared: zeroed blocks cut from memory fresh from the
+// source (zero-filled by the kernel, never used) are not cleared again;
+// reused ones are, and every one of them reads as zero.
+func TestCallocFreshNotCleared(t *testing.T) {
+	countZeroed = true
+	t.Cleanup(func() { countZeroed = false })
+	for _, tc := range []struct {
+		name        string
+		size, align uintptr
+	}{
+		{"small", 64, 16},
+		{"small aligned 64", 64, 64},
+		{"small 4 KiB", 4096, 16},
+		{"medium 1 MiB", 1 << 20, 16},
+		{"huge 3 MiB", 3 << 20, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(MapSource{}, Config{Name: t.Name(), KeepChunks: 1, KeepHuge: 64 << 20}) // keeps all the huge regions
+			t.Cleanup(h.Close)
+			const n = 8
+			var ps [n]uintptr
+			alloc := func(what string, want uint64) {
+				before := zeroedBytes.Load()
+				for i := range ps {
+					p, _, err := h.Alloc(tc.size, tc.align, 1, true)
+					require.NoError(t, err)
+					require.Zero(t, p%tc.align)
+					b := cmem.Bytes(p, tc.size)
+					require.Equal(t, -1, bytes.IndexFunc(b, func(r rune) bool { return r != 0 }), "%s block %d is zero", what, i)
+					for j := range b {
+						b[j] = 0xa5
+					}
+					ps[i] = p
+				}
+				require.Equal(t, want, zeroedBytes.Load()-before, "bytes cleared for %s blocks", what)
+			}
+			alloc("fresh", 0)
+			for _, p := range ps {
+				_, err := Free(p)
+				require.NoError(t, err)
+			}
+			alloc("reused", n*uint64(tc.size))
+			for _, p := range ps {
+				_, err := Free(p)
+				require.NoError(t, err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -66,6 +67,7 @@ type Allocator struct {
 	poolUsed  atomic.Int64
 	shards    shards
 	destroyed atomic.Bool
+	inflight  atomic.Int64 // allocations running now (runtime allocators only)
 
 	pinFb pinFallback // what to say when a failed pin first falls back
 }
@@ -132,12 +134,13 @@ func owner(id uint32) *Allocator {
 
 // install puts a in the table under h. tableMu held.
 func install(h Handle, a *Allocator) {
+	// Copy on write: readers index the published table without a lock.
 	old := *table.Load()
-	t := old
-	if int(h) >= len(t) {
+	t := make([]*Allocator, max(len(old), int(h)+1))
+	if int(h) >= len(old) {
 		t = make([]*Allocator, max(int(h)+1, 2*len(old)))
-		copy(t, old)
 	}
+	copy(t, old)
 	t[h] = a
 	table.Store(&t)
 	heap.SetTally(uint32(h), a.shards.t) // heap.Free counts a's blocks there
@@ -335,7 +338,10 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 }
 
 // Destroy releases the allocator (omp_destroy_allocator). Predefined
-// allocators cannot be destroyed. Blocks still allocated stay valid until
+// allocators cannot be destroyed. Allocations racing with Destroy (a
+// misuse) either finish before it looks at the live blocks, which it
+// waits for, or fail with ErrDestroyed; the handle is reused only once no
+// operation on the allocator can still run. Blocks still allocated stay valid until
 // freed; the error (ErrLiveBlocks) says how many there were.
 func (a *Allocator) Destroy() error {
 	if a.handle < firstRuntimeHandle {
@@ -343,6 +349,13 @@ func (a *Allocator) Destroy() error {
 	}
 	if !a.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: %v", ErrDestroyed, a)
+	}
+	// An allocation that started before the flag was set may still be
+	// counting its block: wait for it, so that the live count read next is
+	// final and the handle is never reused under it. Every one that starts
+	// now sees the flag (both are sequentially consistent atomics).
+	for a.inflight.Load() != 0 {
+		runtime.Gosched()
 	}
 	if a.traits.Pinned && a.heap != nil {
 		a.heap.Trim()
@@ -354,14 +367,24 @@ func (a *Allocator) Destroy() error {
 	return nil
 }
 
+// releasable reports whether a destroyed allocator can give its handle up
+// now: no block live and no allocation that could still count one. (A free
+// racing with Destroy may find the last block gone while an allocation that
+// began before Destroy is still counting its own.)
+func (a *Allocator) releasable() bool {
+	return a.destroyed.Load() && a.inflight.Load() == 0 && a.shards.live() == 0
+}
+
 // release frees the handle for reuse once a destroyed allocator has no live
 // blocks.
 func (a *Allocator) release() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	t := *table.Load()
-	if int(a.handle) < len(t) && t[a.handle] == a {
+	old := *table.Load()
+	if int(a.handle) < len(old) && old[a.handle] == a {
+		t := append([]*Allocator(nil), old...) // copy on write, as install
 		t[a.handle] = nil
+		table.Store(&t)
 		freeIDs = append(freeIDs, a.handle)
 	}
 }

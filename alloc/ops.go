@@ -65,6 +65,12 @@ func checkAlign(al uintptr) error {
 }
 
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
+	if a.handle >= firstRuntimeHandle {
+		// Destroy waits for this to finish (predefined allocators are never
+		// destroyed and skip the count).
+		a.inflight.Add(1)
+		defer a.inflight.Add(-1)
+	}
 	if a.plain && size != 0 && !a.destroyed.Load() && !leakCheck.Load() {
 		// try, without what a plain host allocator does not need.
 		p, _, err := a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t)
@@ -129,7 +135,14 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 		panic(fmt.Sprintf("ompalloc: %v: abort_fb: allocation of %d bytes failed: %v", a, size, cause))
 	case traits.DefaultMemFb, traits.AllocatorFb:
 		fb := a.fb
-		if fb == nil || fb.destroyed.Load() || depth > 64 {
+		if fb == nil || depth > 64 {
+			return nil, cause
+		}
+		if fb.handle >= firstRuntimeHandle {
+			fb.inflight.Add(1) // before the destroyed check: Destroy waits for it
+			defer fb.inflight.Add(-1)
+		}
+		if fb.destroyed.Load() {
 			return nil, cause
 		}
 		a.fallbackTaken()
@@ -196,7 +209,7 @@ func freeNow(p unsafe.Pointer) error {
 	if a.traits.PoolSize > 0 {
 		a.releasePool(poolCharge(uintptr(p), b.Footprint))
 	}
-	if a.destroyed.Load() && a.shards.live() == 0 {
+	if a.releasable() {
 		a.release()
 	}
 	return nil

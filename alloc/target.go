@@ -83,7 +83,7 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 	if b.a.traits.PoolSize > 0 {
 		b.a.releasePool(int64(b.size))
 	}
-	if b.a.destroyed.Load() && b.a.shards.live() == 0 {
+	if b.a.releasable() {
 		b.a.release()
 	}
 	return true, b.dev.Free(b.kind, uintptr(p))

@@ -116,7 +116,7 @@ run)
 	exit $status
 	;;
 *)
-	sed -n '2,31p' "$0"
+	sed -n '2,/^set -euo/{/^#/p}' "$0"
 	exit 2
 	;;
 esac

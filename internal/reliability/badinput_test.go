@@ -536,6 +536,35 @@ func kmpCases() []badCase {
 		require.NotNil(t, p)
 		silent(t, func() { kmp.Free(p, kmp.LargeCapMemAlloc) })
 	})
+	// Issue 9: what a pinned block must survive.
+	pinnedBlock := func(w *world) unsafe.Pointer { return w.blocks[2].p } // 1000 bytes, pinned
+	for _, off := range []uintptr{0, 16, 999} {
+		add(fmt.Sprintf("llvm_omp_target_unlock_mem of a pinned block never locked (+%d)", off), func(t *testing.T, w *world) {
+			warnsOnce(t, func() { kmp.TargetUnlockMem(unsafe.Add(pinnedBlock(w), off), host()) }, "held by the pinned heap")
+		})
+	}
+	add("omp_target_memcpy far past a pinned block", func(t *testing.T, w *world) {
+		warnsOnce(t, func() {
+			require.Equal(t, -1, kmp.TargetMemcpy(pinnedBlock(w), cmem.Ptr(w.lockBuf), 64, 1<<40, 0, host(), host()))
+		}, "out of bounds")
+	})
+	add("omp_target_memcpy from past the sentinel lock", func(t *testing.T, w *world) {
+		warnsOnce(t, func() {
+			require.Equal(t, -1, kmp.TargetMemcpy(w.blocks[5].p, cmem.Ptr(w.lockBuf), 64, 0, sentinelLock-32, host(), host()))
+		}, "locked range")
+	})
+	add("omp_target_memcpy of more than an allocator block holds", func(t *testing.T, w *world) {
+		warnsOnce(t, func() {
+			require.Equal(t, -1, kmp.TargetMemcpy(w.blocks[0].p, w.blocks[1].p, 101, 0, 0, host(), host()))
+		}, "allocator block of 100 bytes")
+	})
+	add("target.Shutdown with pinned blocks live refuses", func(t *testing.T, w *world) {
+		err := target.Shutdown()
+		require.ErrorIs(t, err, target.ErrBusy)
+		d, err := target.Get(target.InitialDevice())
+		require.NoError(t, err)
+		require.Same(t, w.host, d, "nothing was shut down")
+	})
 	add("omp_alloc(0) says nothing", func(t *testing.T, w *world) {
 		silent(t, func() { require.Nil(t, kmp.Alloc(0, kmp.DefaultMemAlloc)) })
 	})

@@ -1,0 +1,6 @@
+//go:build race
+
+package host
+
+// raceEnabled: the race detector maps shadow memory as the program runs.
+const raceEnabled = true

@@ -18,6 +18,10 @@ const benchUsage = `Usage: ompalloc bench [--json] [--svg FILE] [--time D] [--si
 Measures, on this machine, what deciding whether to pin needs:
   alloc_free    alloc+free of one block per allocator (default, align64,
                 pinned) and size (64 B .. 64 MiB)
+  alloc_goroutines  alloc+free of 64 B in 1..16 goroutines at once: the CPU
+                time per pair (flat means no cost that grows with goroutines)
+  block_memory  resident bytes per block with up to 1,000,000 live, ompalloc
+                and libc malloc, 16 B .. 4 KiB
   lock_size     lock+unlock of a fresh range against its size, through the
                 host device (mlock) and, with a GPU, the GPU's driver
   lock_regions  with N ranges locked: lock+unlock of a contained sub-range
@@ -69,11 +73,14 @@ type BenchResult struct {
 	Series     string  `json:"series"` // the line of the chart: "pinned", "pageable", ...
 	SizeBytes  int64   `json:"size_bytes,omitempty"`
 	Regions    int64   `json:"regions,omitempty"`
-	NsPerOp    float64 `json:"ns_per_op"`          // 0 when Error is set
-	GBPerS     float64 `json:"gb_per_s,omitempty"` // h2d and d2h: 10^9 bytes per second
-	OfPeak     float64 `json:"of_peak,omitempty"`  // h2d and d2h: GBPerS over the driver peak's at this size, this run
+	Goroutines int64   `json:"goroutines,omitempty"` // alloc_goroutines: how many at once
+	NsPerOp    float64 `json:"ns_per_op"`            // 0 when Error is set
+	GBPerS     float64 `json:"gb_per_s,omitempty"`   // h2d and d2h: 10^9 bytes per second
+	OfPeak     float64 `json:"of_peak,omitempty"`    // h2d and d2h: GBPerS over the driver peak's at this size, this run
 	Iterations int     `json:"iterations"`
-	Error      string  `json:"error,omitempty"`
+	// block_memory: resident bytes per live block (NsPerOp is 0)
+	BytesPerBlock float64 `json:"bytes_per_block,omitempty"`
+	Error         string  `json:"error,omitempty"`
 }
 
 // BenchSkip is a group that did not run, and why.
@@ -208,8 +215,11 @@ func isTerminal(f *os.File) bool {
 type benchCase struct {
 	group, series string
 	size, regions int64
+	goroutines    int64
 	// run measures within the budget; it may do untimed preparation first.
 	run func(budget time.Duration) (nsPerOp float64, iters int, err error)
+	// perBlock, instead of run, measures memory (block_memory).
+	perBlock func() (float64, error)
 }
 
 // benchSection is a group of cases sharing buffers: setup runs before its
@@ -229,7 +239,7 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		Results: []BenchResult{}, Skipped: []BenchSkip{},
 	}
 	var sections []*benchSection
-	sections = append(sections, allocSection(c), lockSizeSection(c), lockRegionsSection(c))
+	sections = append(sections, allocSection(c), goroutinesSection(), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c))
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name}
@@ -252,11 +262,15 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		}
 		for _, bc := range s.cases {
 			bar.show(bc)
-			res := BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions}
+			res := BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions, Goroutines: bc.goroutines}
 			err := setupErr
 			if err == nil {
 				err = guard(func() error {
 					var e error
+					if bc.perBlock != nil {
+						res.BytesPerBlock, e = bc.perBlock()
+						return e
+					}
 					res.NsPerOp, res.Iterations, e = bc.run(c.perCase)
 					return e
 				})

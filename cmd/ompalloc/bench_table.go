@@ -14,11 +14,16 @@ import (
 type groupInfo struct {
 	name, title string
 	byRegions   bool
+	byCount     string // the x axis is the goroutine count; its head
 	bandwidth   bool
+	bytes       bool // cells are bytes per block
 }
 
 var groups = []groupInfo{
 	{name: "alloc_free", title: "alloc+free of one block (time per pair)"},
+	{name: "alloc_goroutines", byCount: "GOROUTINES",
+		title: "alloc+free of 64 B in N goroutines at once: CPU time per pair (the process's CPU time / pairs); with more goroutines than CPUs this measures fairness and contention, not parallel speed"},
+	{name: "block_memory", bytes: true, title: "resident memory per block, up to 1,000,000 live (every byte written; the pointer array not counted)"},
 	{name: "lock_size", title: "lock+unlock of a range not yet locked (time per pair; a driver call each)"},
 	{name: "lock_regions", title: "with N regions locked: lock+unlock of a contained sub-range, and a lookup", byRegions: true},
 	{name: "h2d", title: "host→device copy bandwidth (in brackets: of the driver peak, same size, this run)", bandwidth: true},
@@ -43,6 +48,9 @@ func gridOf(g groupInfo, results []BenchResult) *grid {
 		x := r.SizeBytes
 		if g.byRegions {
 			x = r.Regions
+		}
+		if g.byCount != "" {
+			x = r.Goroutines
 		}
 		if gr.cell[r.Series] == nil {
 			gr.cell[r.Series] = map[int64]BenchResult{}
@@ -76,10 +84,13 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 		if g.byRegions {
 			head = "REGIONS"
 		}
+		if g.byCount != "" {
+			head = g.byCount
+		}
 		fmt.Fprintf(tw, "%s\t%s\t\n", head, strings.Join(gr.series, "\t"))
 		for _, x := range gr.xs {
 			label := fmtBytes(x)
-			if g.byRegions {
+			if g.byRegions || g.byCount != "" {
 				label = fmt.Sprint(x)
 			}
 			cells := []string{label}
@@ -99,6 +110,8 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 					cells = append(cells, fmt.Sprintf("%s (%.0f%%)", fmtRate(r.GBPerS), r.OfPeak*100))
 				case g.bandwidth:
 					cells = append(cells, fmtRate(r.GBPerS))
+				case g.bytes:
+					cells = append(cells, fmt.Sprintf("%.0f B", r.BytesPerBlock))
 				default:
 					cells = append(cells, fmtNs(r.NsPerOp))
 				}

@@ -53,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return runInfo(rest, stdout, stderr)
 	case "bench":
 		return runBench(rest, stdout, stderr)
+	case blockMemoryChild: // bench's own: one block_memory figure in a fresh process
+		return runBlockMemoryChild(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return runHelp(rest, stdout, stderr)
 	case "version", "-version", "--version":

@@ -232,6 +232,18 @@ func TestBenchJSON(t *testing.T) {
 				continue
 			}
 		}
+		if r.Group == "block_memory" {
+			if r.Series == "libc malloc" && r.Error != "" {
+				continue // a libc without malloc_trim says so
+			}
+			require.Empty(t, r.Error, "%+v", r)
+			require.Greater(t, r.BytesPerBlock, float64(r.SizeBytes), "%+v: a block costs more than its size", r)
+			require.Less(t, r.BytesPerBlock, 2*float64(r.SizeBytes)+64, "%+v", r)
+			continue
+		}
+		if r.Group == "alloc_goroutines" {
+			require.Contains(t, []int64{1, 2, 4, 8, 16}, r.Goroutines)
+		}
 		if r.Error == "" {
 			require.Greater(t, r.NsPerOp, 0.0, "%+v", r)
 			require.Greater(t, r.Iterations, 0, "%+v", r)
@@ -244,6 +256,8 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3*2, count["alloc_free"], "default, align64, pinned × 2 sizes")
+	require.Equal(t, 5, count["alloc_goroutines"], "1, 2, 4, 8, 16 goroutines")
+	require.Equal(t, 2*2, count["block_memory"], "ompalloc, libc malloc × 2 sizes")
 	require.GreaterOrEqual(t, count["lock_size"], 2)
 	require.Equal(t, 2*2, count["lock_regions"], "hit and lookup × 2 counts")
 	if rep.Device == nil {

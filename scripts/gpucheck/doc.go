@@ -3,6 +3,7 @@
 // or the source tree. It has no code of its own: run_test.go checks the
 // script's summary on stand-in binaries (always), and dryrun_test.go builds
 // the real bundle and runs it against the project's fake libcuda in a
-// directory holding only the bundle, with go and gcc off PATH (when
-// OMPALLOC_GPU_DRYRUN=1, as .ci/run sets: it builds eight binaries).
+// directory holding only the bundle, with go and gcc off PATH, for amd64 and
+// (under qemu-user) arm64, when OMPALLOC_GPU_DRYRUN=1, as .ci/run sets: it
+// builds eight binaries per architecture.
 package gpucheck

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -37,7 +38,9 @@ func copyDir(t *testing.T, src, dst string) {
 // (two simulated GPUs): build the bundle here, copy only it and the fake
 // into an empty directory, and run it there with go and gcc off PATH. The
 // run must succeed (status 0, no test failing) and measure h2d and d2h from
-// pinned and pageable memory and the driver's peak.
+// pinned and pageable memory and the driver's peak. On amd64 it does so for
+// a GH200/Grace host too: the arm64 bundle and an arm64 fake, under
+// qemu-user (skipped, saying why, without it).
 func TestDryRun(t *testing.T) {
 	if os.Getenv(DryRunEnv) != "1" {
 		t.Skipf("set %s=1 to build the GPU bundle and dry-run it (.ci/run does)", DryRunEnv)
@@ -46,12 +49,39 @@ func TestDryRun(t *testing.T) {
 	if err != nil {
 		t.Skip("the go tool is not on PATH: cannot build the bundle")
 	}
-	fake := fakedrv.Build(t, "fakecuda")
 	path := sandboxPATH(t, append(hostTools, "ls", "timeout")...)
+	t.Run(runtime.GOARCH, func(t *testing.T) {
+		dryRun(t, goBin, path, runtime.GOARCH, fakedrv.Build(t, "fakecuda"), nil)
+	})
+	t.Run("arm64 under qemu", func(t *testing.T) {
+		if runtime.GOARCH != "amd64" || runtime.GOOS != "linux" {
+			t.Skip("the arm64 bundle is dry-run from linux/amd64")
+		}
+		if st, err := os.ReadFile("/proc/sys/fs/binfmt_misc/qemu-aarch64"); err != nil || !strings.HasPrefix(string(st), "enabled") {
+			t.Skip("qemu-user's binfmt_misc entry qemu-aarch64 is not enabled (Debian: qemu-user-static binfmt-support)")
+		}
+		const sysroot = "/usr/aarch64-linux-gnu"
+		cc, err := exec.LookPath("aarch64-linux-gnu-gcc")
+		if err != nil {
+			t.Skip("aarch64-linux-gnu-gcc not installed: no arm64 fake libcuda")
+		}
+		code, err := fakedrv.Source("fakecuda")
+		require.NoError(t, err)
+		dir := t.TempDir()
+		src, so := filepath.Join(dir, "fakecuda.c"), filepath.Join(dir, "fakecuda.so")
+		require.NoError(t, os.WriteFile(src, code, 0o644))
+		out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-pthread", "-Wall", "-o", so, src).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		dryRun(t, goBin, path, "arm64", so, []string{"QEMU_LD_PREFIX=" + sysroot})
+	})
+}
 
+// dryRun builds the bundle for arch, runs it with lib as libcuda in a
+// directory of its own, and checks the results.
+func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	built := filepath.Join(t.TempDir(), "bundle")
 	cmd := exec.Command("bash", script, "build", built)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "GOARCH="+arch, "PATH="+filepath.Dir(goBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "build: %s", out)
 
@@ -69,8 +99,8 @@ func TestDryRun(t *testing.T) {
 	resOut := filepath.Join(host, "out")
 	run := exec.Command(filepath.Join(path, "bash"), filepath.Join(bundle, "gpu-check.sh"), "run", bundle, resOut)
 	run.Dir = host
-	run.Env = []string{"PATH=" + path, "HOME=" + host, "TMPDIR=" + tmp, "OMPALLOC_CUDA_LIBRARY=" + lib,
-		"BENCH_TIME=5ms", "BENCH_SIZES=4K,1M,64M"}
+	run.Env = append([]string{"PATH=" + path, "HOME=" + host, "TMPDIR=" + tmp, "OMPALLOC_CUDA_LIBRARY=" + lib,
+		"BENCH_TIME=5ms", "BENCH_SIZES=4K,1M,64M"}, env...)
 	out, err = run.CombinedOutput()
 	logs, _ := filepath.Glob(filepath.Join(resOut, "test-*.log"))
 	for _, l := range logs {
@@ -89,6 +119,7 @@ func TestDryRun(t *testing.T) {
 	require.Empty(t, s.PackagesFailed)
 	require.Zero(t, s.BenchErrors)
 	require.Equal(t, lib, s.Libcuda)
+	require.Equal(t, arch, s.Arch, "the bundle's own architecture ran")
 	require.Greater(t, s.TestsPassed, 50, "the bundle's tests ran")
 	require.Len(t, s.Goals, 2)
 

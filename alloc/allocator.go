@@ -357,9 +357,7 @@ func (a *Allocator) Destroy() error {
 	for a.inflight.Load() != 0 {
 		runtime.Gosched()
 	}
-	if a.traits.Pinned && a.heap != nil {
-		a.heap.Trim()
-	}
+	a.leavePool() // the pool's trimming policy (poolstats.go)
 	if n := a.shards.live(); n > 0 {
 		return fmt.Errorf("%w: %v: %d blocks (%d bytes) still allocated", ErrLiveBlocks, a, n, a.Stats().BytesLive)
 	}

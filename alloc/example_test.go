@@ -60,7 +60,7 @@ func ExampleWithPinned() {
 	}
 	defer alloc.FreeSlice(a, buf)
 	st := a.Stats()
-	fmt.Printf("pinned: %d bytes in %d chunks; fallbacks: %d\n", st.PinnedBytes, st.PinnedChunks, st.Fallbacks)
+	fmt.Printf("pinned: %d bytes; fallbacks: %d\n", st.PinnedBytes, st.Fallbacks)
 }
 
 // The pool_size trait is a quota; what does not fit goes to the fallback.

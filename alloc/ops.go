@@ -77,19 +77,19 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		if err == nil {
 			return cmem.Ptr(p), nil
 		}
-		return a.fallback(size, align, zero, fmt.Errorf("%v: %w", a, err), 0)
+		return a.failed(a.fallback(size, align, zero, fmt.Errorf("%v: %w", a, err), 0))
 	}
 	if size == 0 {
 		return nil, nil
 	}
 	if a.destroyed.Load() {
-		return nil, fmt.Errorf("%w: %v", ErrDestroyed, a)
+		return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
 	}
 	p, err := a.try(size, align, zero)
 	if err == nil {
 		return p, nil
 	}
-	return a.fallback(size, align, zero, err, 0)
+	return a.failed(a.fallback(size, align, zero, err, 0))
 }
 
 // try allocates from the allocator's own memory, without fallback.

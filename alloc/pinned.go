@@ -26,7 +26,8 @@ import (
 // sub-allocated like any heap. Small blocks share locked chunks; freed
 // blocks are reused without relocking; huge blocks are never rounded to a
 // power of two, and freed ones are kept (up to pinnedKeepHuge) for reuse.
-// Trim, and destroying a pinned allocator, unlock what is idle.
+// Trim unlocks what is idle, and so does the destruction of the last
+// allocator drawing on a pool (see PinnedPools for the policy).
 const (
 	pinnedKeepChunks = 4         // 16 MiB of empty locked chunks kept
 	pinnedKeepHuge   = 256 << 20 // bytes of freed huge locked regions kept
@@ -93,6 +94,8 @@ type pinSource struct {
 
 	mu    sync.Mutex
 	stuck map[uintptr]uintptr // chunks the device could not unlock yet: start → size
+
+	counts poolCounts // this pool's lock calls (PinnedPools)
 }
 
 func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
@@ -119,6 +122,7 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 	if err == nil {
 		start := time.Now()
 		_, err = d.HoldMem(p, n, s.name)
+		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
 	if err != nil {
@@ -127,6 +131,7 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 		return 0, fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, n, s.dev, err)
 	}
 	pinStats.locks.Add(1)
+	s.counts.locks.Add(1)
 	return p, nil
 }
 
@@ -146,7 +151,11 @@ func (s *pinSource) Release(p, n uintptr) error {
 		} else {
 			locks, mapped, uerr = d.ReleaseMem(p)
 		}
+		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
+		if uerr == nil {
+			s.counts.unlocks.Add(1)
+		}
 		if locks+mapped > 0 {
 			fmt.Fprintf(warnOut, "ompalloc: warning: alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped\n",
 				s.name, p, p+n, locks, mapped)
@@ -280,22 +289,6 @@ func parseSize(v string) (uintptr, error) {
 var pinStats struct {
 	locks     atomic.Int64
 	lockNanos atomic.Int64
-}
-
-// pinnedHeapStats is what pinned heap h has locked: its chunks and those of
-// its source still waiting for an unlock.
-func pinnedHeapStats(h *heap.Heap) (bytes uintptr, chunks int) {
-	hs := h.Stats()
-	bytes, chunks = hs.Mapped, hs.Chunks
-	pinnedMu.Lock()
-	defer pinnedMu.Unlock()
-	for dev, ph := range pinnedHeaps {
-		if ph == h {
-			b, c := pinSources[dev].stuckBytes()
-			bytes, chunks = bytes+b, chunks+c
-		}
-	}
-	return bytes, chunks
 }
 
 // PinnedStats describes the pinned heaps of all devices.

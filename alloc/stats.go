@@ -1,27 +1,41 @@
 package alloc
 
 import (
+	"sync/atomic"
+	"unsafe"
+
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
-// Stats describes an allocator's use.
+// Stats describes one allocator's own use: the blocks it served. A block
+// its fallback served counts in the fallback's Stats (and in Fallbacks
+// here). What a shared pinned pool holds, locks and keeps idle is the
+// pool's, reported per device by PinnedPools, never here.
 type Stats struct {
 	Allocs, Frees uint64 // blocks allocated and freed
 	BlocksLive    int64  // Allocs - Frees
-	BytesLive     int64  // requested bytes of live blocks
-	FootprintLive int64  // bytes the live blocks occupy
+	BytesLive     int64  // bytes of live blocks, as asked (or as last resized)
+	FootprintLive int64  // bytes the live blocks occupy (headers, padding, whole pages)
 	PeakBytes     int64  // highest BytesLive seen (sampled every 64 KiB of growth per P)
-	Fallbacks     uint64 // allocations that went to the fallback
-	PoolSize      uintptr
-	PoolUsed      int64   // footprint counted against PoolSize
-	PinnedBytes   uintptr // bytes locked by this allocator's pinned heap (shared per device)
-	PinnedChunks  int
+	// PinnedBytes is the bytes of live blocks in page-locked memory: all of
+	// BytesLive for an allocator whose memory is pinned (a pinned pool, or
+	// target host memory a GPU driver allocated pinned), else 0.
+	PinnedBytes int64
+	Fallbacks   uint64  // allocations passed on to the fallback
+	Failures    uint64  // allocations that returned an error (after the fallback had its turn)
+	PoolSize    uintptr // the pool_size trait (0: none)
+	PoolUsed    int64   // footprint counted against PoolSize
 }
 
 // shards are the allocator's counters: a tally of the heap package, kept
 // per P, which the heap itself updates on Alloc and Free (the same pinned
 // section that takes or caches the block) and which is summed when read.
-type shards struct{ t *heap.Tally }
+type shards struct {
+	t        *heap.Tally
+	failures atomic.Uint64 // rare: one shared counter is enough
+}
 
 func (ss *shards) init() { ss.t = heap.NewTally() }
 
@@ -55,8 +69,33 @@ func (a *Allocator) Stats() Stats {
 	st.PeakBytes = a.shards.t.Peak()
 	st.PoolSize = a.traits.PoolSize
 	st.PoolUsed = a.poolUsed.Load()
-	if a.traits.Pinned && a.heap != nil {
-		st.PinnedBytes, st.PinnedChunks = pinnedHeapStats(a.heap)
+	st.Failures = a.shards.failures.Load()
+	if a.pinnedMemory() {
+		st.PinnedBytes = st.BytesLive
 	}
 	return st
+}
+
+// failed counts an allocation that ends in an error.
+func (a *Allocator) failed(p unsafe.Pointer, err error) (unsafe.Pointer, error) {
+	if err != nil {
+		a.shards.failures.Add(1)
+	}
+	return p, err
+}
+
+// pinnedMemory reports whether the allocator's blocks are page-locked.
+func (a *Allocator) pinnedMemory() bool {
+	if a.target != nil {
+		if a.target.kind != plugin.MemHost {
+			return false
+		}
+		dev := a.target.dev
+		if dev < 0 {
+			dev = target.DefaultDevice()
+		}
+		d, err := target.Get(dev)
+		return err == nil && !d.IsHost()
+	}
+	return isPinnedHeap(a.heap)
 }

@@ -68,7 +68,11 @@ func main() {
 	st := a.Stats()
 	fmt.Printf("live blocks %d, pool %d of %d bytes used, fallbacks taken %d\n",
 		st.BlocksLive, st.PoolUsed, st.PoolSize, st.Fallbacks)
-	fmt.Printf("pinned: %d bytes in %d chunk(s)\n", st.PinnedBytes, st.PinnedChunks)
+	fmt.Printf("pinned: %d bytes of this allocator's live blocks\n", st.PinnedBytes)
+	for _, pool := range alloc.PinnedPools() {
+		fmt.Printf("device %d's pinned pool: %d bytes locked (%d idle) in %d chunk(s) and %d huge region(s), %d lock calls\n",
+			pool.Device, pool.Locked, pool.Idle, pool.Chunks, pool.Huge, pool.Locks)
+	}
 	fmt.Println("VmLck with the blocks:", vmLck())
 
 	// null_fb: a failure is an error. Lower the pinned-bytes limit to what is
@@ -89,7 +93,8 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	// Destroying a pinned allocator unlocks its idle chunks.
+	// Destroying the last allocator drawing on the pool unlocks its idle
+	// memory (destroying one of several would not: the others reuse it).
 	if err := strict.Destroy(); err != nil {
 		log.Fatal(err)
 	}

@@ -67,11 +67,12 @@ type Stats struct {
 	EmptyChunks int     // of which hold no block
 	Huge        int     // huge regions, retained ones included
 	Retained    uintptr // bytes of retained free huge regions
+	Spare       uintptr // bytes of freed medium blocks' pages kept whole for reuse
 }
 
 // Stats returns a snapshot of the heap's holdings.
 func (h *Heap) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Mapped: h.mapped, Chunks: len(h.chunks), EmptyChunks: h.empty, Huge: h.nhuge, Retained: h.retained}
+	return Stats{Mapped: h.mapped, Chunks: len(h.chunks), EmptyChunks: h.empty, Huge: h.nhuge, Retained: h.retained, Spare: uintptr(h.spareN)}
 }

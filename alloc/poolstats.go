@@ -1,0 +1,114 @@
+package alloc
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
+)
+
+// A device's pinned pool is shared: every pinned allocator pinning through
+// the device takes its blocks from the same locked chunks. So what an
+// allocator reports (Stats) is about its own blocks, and what the pool
+// holds is reported per pool (PinnedPools), never mixed.
+//
+// Trimming is the pool's policy, not the business of whichever allocator
+// leaves: while any live allocator draws on the pool it keeps up to
+// PoolKeepChunks empty chunks and PoolKeepHuge bytes of freed huge regions
+// locked, for the next allocation to reuse without a lock call. When the
+// last allocator drawing on it is destroyed, it unlocks all it holds idle.
+// Trim unlocks idle memory of every pool at any time.
+const (
+	PoolKeepChunks = pinnedKeepChunks
+	PoolKeepHuge   = pinnedKeepHuge
+)
+
+// PoolStats describes one device's pinned pool.
+type PoolStats struct {
+	Device int // the device that locks the pool's memory
+
+	Locked uintptr // bytes locked for the pool: chunks, huge regions, and chunks waiting for an unlock
+	// Idle is the part of Locked kept for reuse with no block in it: empty
+	// chunks, freed huge regions and the pages of freed medium blocks.
+	// Free slots and pages cached per P, for the next allocation on that P,
+	// are not counted: Idle is a lower bound.
+	Idle uintptr
+
+	Chunks     int     // 4 MiB chunks (small and medium blocks)
+	IdleChunks int     // of which hold no block
+	Huge       int     // regions of their own (blocks over 2 MiB), freed ones kept included
+	Retained   uintptr // bytes of freed huge regions kept for reuse
+	Stuck      int     // chunks the device refused to unlock yet (Trim tries again)
+
+	Locks    int64         // lock calls made for the pool
+	Unlocks  int64         // unlock calls that succeeded
+	LockTime time.Duration // time spent in lock and unlock calls
+}
+
+// poolCounts are a pool's lock calls (in its pinSource).
+type poolCounts struct {
+	locks, unlocks, nanos atomic.Int64
+}
+
+// PinnedPools returns the pinned pools that exist, one per device that has
+// pinned memory for an allocator, in device order.
+func PinnedPools() []PoolStats {
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	out := make([]PoolStats, 0, len(pinnedHeaps))
+	for dev, h := range pinnedHeaps {
+		out = append(out, poolStatsLocked(dev, h))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out
+}
+
+// PinnedPool returns the pinned pool of device dev, if it has one.
+func PinnedPool(dev int) (PoolStats, bool) {
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	h, ok := pinnedHeaps[dev]
+	if !ok {
+		return PoolStats{}, false
+	}
+	return poolStatsLocked(dev, h), true
+}
+
+// poolStatsLocked reads one pool. pinnedMu held.
+func poolStatsLocked(dev int, h *heap.Heap) PoolStats {
+	hs := h.Stats()
+	src := pinSources[dev]
+	stuckB, stuckN := src.stuckBytes()
+	return PoolStats{
+		Device:     dev,
+		Locked:     hs.Mapped + stuckB,
+		Idle:       uintptr(hs.EmptyChunks)*heap.ChunkSize + hs.Retained + hs.Spare,
+		Chunks:     hs.Chunks,
+		IdleChunks: hs.EmptyChunks,
+		Huge:       hs.Huge,
+		Retained:   hs.Retained,
+		Stuck:      stuckN,
+		Locks:      src.counts.locks.Load(),
+		Unlocks:    src.counts.unlocks.Load(),
+		LockTime:   time.Duration(src.counts.nanos.Load()),
+	}
+}
+
+// isPinnedHeap reports whether h is a device's pinned pool.
+func isPinnedHeap(h *heap.Heap) bool { return h != nil && h != hostHeap() }
+
+// leavePool applies the pool's policy when a, drawing on a pinned pool, is
+// destroyed: the pool gives back its idle memory only if no other live
+// allocator draws on it.
+func (a *Allocator) leavePool() {
+	if !isPinnedHeap(a.heap) {
+		return
+	}
+	for _, b := range *table.Load() {
+		if b != nil && b != a && b.heap == a.heap && !b.destroyed.Load() {
+			return
+		}
+	}
+	a.heap.Trim() // a chunk the device refuses to unlock waits for Trim
+}

@@ -1,0 +1,8 @@
+package numa
+
+const (
+	sysMbind        = 237
+	sysGetMempolicy = 239
+	sysMovePages    = 279
+	sysGetcpu       = 309
+)

@@ -1,5 +1,11 @@
 package memspace
 
+import (
+	"fmt"
+
+	"github.com/ompalloc/ompalloc/internal/numa"
+)
+
 // Kind says where the memory of a memory space lives.
 type Kind int
 
@@ -31,23 +37,37 @@ type Backing struct {
 	ID       ID
 	Memory   string // what backs it, in words
 	Kind     Kind
-	BackedBy ID // the memory space whose memory is really used: Default for the substitutes, ID otherwise
+	BackedBy ID     // the memory space whose memory is really used: Default for the substitutes, ID otherwise
+	Nodes    []int  // NUMA nodes whose memory backs a host memory space
+	NodesWhy string // why those nodes
 }
 
-// Describe says what backs id. The host memory spaces other than default are
+// Describe says what backs id, and on which NUMA nodes. The host memory spaces other than default are
 // served by default host memory (see the package documentation); an unknown
 // or runtime-made handle gets KindUnknown.
-func Describe(id ID) Backing {
+func Describe(id ID) Backing { return describe(id, topology()) }
+
+func describe(id ID, top *numa.Topology) Backing {
 	b := Backing{ID: id, Kind: KindHost, BackedBy: id}
+	var restricted bool
+	b.Nodes, restricted, b.NodesWhy = placement(id, top)
 	switch id {
 	case Default:
 		b.Memory = "host memory from the C heap (libc chunks sub-allocated by the runtime)"
 	case LargeCap:
 		b.Memory = "default host memory (no large-capacity memory on this host)"
 		b.BackedBy = Default
+		if restricted {
+			b.Memory = "capacity memory on NUMA nodes " + numa.FormatList(b.Nodes)
+			b.BackedBy = LargeCap
+		}
 	case HighBw:
 		b.Memory = "default host memory (no high-bandwidth memory on this host)"
 		b.BackedBy = Default
+		if restricted {
+			b.Memory = "high-bandwidth memory on NUMA nodes " + numa.FormatList(b.Nodes)
+			b.BackedBy = HighBw
+		}
 	case LowLat:
 		b.Memory = "default host memory (no low-latency memory on this host)"
 		b.BackedBy = Default
@@ -65,7 +85,11 @@ func Describe(id ID) Backing {
 		b.Memory = "device memory allocated by the device driver (not host-addressable)"
 	default:
 		b.Kind = KindUnknown
-		if id.IsRuntime() {
+		if d, ok := DevicesOf(id); ok && d.Nodes != nil {
+			b.Kind = KindHost
+			b.BackedBy = d.Base
+			b.Memory = fmt.Sprintf("%v memory on NUMA nodes %s", d.Base, numa.FormatList(d.Nodes))
+		} else if id.IsRuntime() {
 			b.Memory = "a memory space made at run time; ask the runtime that made it"
 		} else {
 			b.Memory = "not a memory space"

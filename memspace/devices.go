@@ -14,6 +14,7 @@ type Devices struct {
 	Base    ID    // the predefined memory space whose kind of memory it is
 	Devices []int // device numbers, ascending, without duplicates; the host's number included when Host
 	Host    bool  // the host (initial device) is one of the resources
+	Nodes   []int // NUMA nodes, ascending, for a sub-memory space of a host memory space; nil = not restricted
 }
 
 func (d Devices) key() string {
@@ -21,6 +22,9 @@ func (d Devices) key() string {
 	fmt.Fprintf(&b, "%d|%t|", d.Base, d.Host)
 	for _, dev := range d.Devices {
 		fmt.Fprintf(&b, "%d,", dev)
+	}
+	if d.Nodes != nil {
+		fmt.Fprintf(&b, "|nodes %v", d.Nodes)
 	}
 	return b.String()
 }
@@ -46,17 +50,21 @@ func OnDevices(base ID, devices []int, host bool) (ID, error) {
 	if len(devs) == 0 {
 		return Null, fmt.Errorf("a device memory space needs at least one device")
 	}
-	d := Devices{Base: base, Devices: devs, Host: host}
+	return register(Devices{Base: base, Devices: devs, Host: host}), nil
+}
+
+// register returns the handle of d, making one for a new request.
+func register(d Devices) ID {
 	k := d.key()
 	runtimeMu.Lock()
 	defer runtimeMu.Unlock()
 	if id, ok := runtimeIDs[k]; ok {
-		return id, nil
+		return id
 	}
 	id := FirstRuntime + ID(len(runtimeMS))
 	runtimeMS = append(runtimeMS, d)
 	runtimeIDs[k] = id
-	return id, nil
+	return id
 }
 
 // DevicesOf returns what a runtime-made memory space stands for.
@@ -72,6 +80,7 @@ func DevicesOf(id ID) (Devices, bool) {
 	}
 	d := runtimeMS[i]
 	d.Devices = slices.Clone(d.Devices)
+	d.Nodes = slices.Clone(d.Nodes)
 	return d, true
 }
 

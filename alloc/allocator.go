@@ -204,7 +204,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		}
 		a.heap = pinnedHeap(dev)
 	default:
-		a.heap = hostHeap()
+		a.heap = hostHeapFor(ms, set)
 	}
 	a.name = fmt.Sprintf("allocator#%d(%v%s)", h, ms, pinnedSuffix(set.Pinned))
 	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0
@@ -256,6 +256,10 @@ func (a *Allocator) buildOnDevices(ms memspace.ID, set traits.Set) error {
 			}
 		}
 		a.heap = pinnedHeap(dev)
+		return nil
+	}
+	if d.Nodes != nil {
+		a.heap = hostHeapFor(ms, set)
 		return nil
 	}
 	a.heap = hostHeap()

@@ -59,6 +59,8 @@
 //
 // Memory spaces: default, large_cap, const, high_bw and low_lat are all
 // backed by ordinary host memory on hosts without special memory (see
-// package memspace). The target memory spaces allocate from the default
+// package memspace); high_bw and large_cap bind their chunks to HBM or
+// capacity (CXL) NUMA nodes where the machine has them. The partition trait
+// reaches the kernel through mbind(2) on each chunk (see Allocator.Placement). The target memory spaces allocate from the default
 // device's plugin, one driver call per block.
 package alloc

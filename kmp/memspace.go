@@ -119,14 +119,23 @@ func GetDevicesAllAllocator(ms MemspaceHandle) AllocatorHandle {
 	return allocatorFor("omp_get_devices_all_allocator", GetDevicesAllMemspace(ms))
 }
 
-// GetMemspaceNumResources is omp_get_memspace_num_resources: the devices
-// (the host included) a memory space spans; 1 for a predefined one.
+// GetMemspaceNumResources is omp_get_memspace_num_resources: for a host
+// memory space the NUMA nodes whose memory backs it (see memspace.Nodes),
+// for a target one 1, for a device memory space the devices (the host
+// included) it spans.
 func GetMemspaceNumResources(ms MemspaceHandle) int {
 	id := memspace.ID(ms)
 	if id.Valid() {
-		return 1
+		if id.IsTarget() {
+			return 1
+		}
+		nodes, _ := memspace.Nodes(id)
+		return len(nodes)
 	}
 	if d, ok := memspace.DevicesOf(id); ok {
+		if d.Nodes != nil {
+			return len(d.Nodes)
+		}
 		return len(d.Devices)
 	}
 	warnf("omp_get_memspace_num_resources: %#x is not a memory space", uintptr(ms))
@@ -134,10 +143,12 @@ func GetMemspaceNumResources(ms MemspaceHandle) int {
 }
 
 // GetSubmemspace is omp_get_submemspace: the memory space of the chosen
-// resources (indices into the memory space's resource list).
+// resources (indices into the memory space's resource list: NUMA nodes for
+// host memory spaces, devices for device memory spaces). An allocator on a
+// host sub-memory space binds its memory to those nodes.
 func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 	id := memspace.ID(ms)
-	if id.Valid() {
+	if id.Valid() && id.IsTarget() {
 		for _, r := range resources {
 			if r != 0 {
 				warnf("omp_get_submemspace: resource %d out of range [0, 1) of %v", r, id)
@@ -146,10 +157,17 @@ func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 		}
 		return ms
 	}
+	if id.Valid() {
+		nodes, _ := memspace.Nodes(id)
+		return subNodes(id, nodes, resources)
+	}
 	d, ok := memspace.DevicesOf(id)
 	if !ok {
 		warnf("omp_get_submemspace: %#x is not a memory space", uintptr(ms))
 		return NullMemSpace
+	}
+	if d.Nodes != nil {
+		return subNodes(d.Base, d.Nodes, resources)
 	}
 	var devs []int
 	host := false
@@ -165,6 +183,24 @@ func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 		devs = append(devs, dev)
 	}
 	sub, err := memspace.OnDevices(d.Base, devs, host)
+	if err != nil {
+		warnf("omp_get_submemspace: %v", err)
+		return NullMemSpace
+	}
+	return MemspaceHandle(sub)
+}
+
+// subNodes picks resources (indices into nodes) of host memory space base.
+func subNodes(base memspace.ID, nodes, resources []int) MemspaceHandle {
+	var pick []int
+	for _, r := range resources {
+		if r < 0 || r >= len(nodes) {
+			warnf("omp_get_submemspace: resource %d out of range [0, %d) of %v", r, len(nodes), base)
+			return NullMemSpace
+		}
+		pick = append(pick, nodes[r])
+	}
+	sub, err := memspace.OnNodes(base, pick)
 	if err != nil {
 		warnf("omp_get_submemspace: %v", err)
 		return NullMemSpace

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/numa"
 )
 
 func TestDeviceMemspaces(t *testing.T) {
@@ -16,7 +18,7 @@ func TestDeviceMemspaces(t *testing.T) {
 	hostOnly := GetDeviceMemspace(host, DefaultMemSpace)
 	require.Equal(t, hostOnly, GetDevicesMemspace([]int{host, host}, DefaultMemSpace))
 	require.Equal(t, 1, GetMemspaceNumResources(hostOnly))
-	require.Equal(t, 1, GetMemspaceNumResources(DefaultMemSpace))
+	require.Equal(t, len(numa.System().Tiers().Default), GetMemspaceNumResources(DefaultMemSpace), "one resource per NUMA node")
 
 	withHost := GetDeviceAndHostMemspace(host, TargetHostMemSpace)
 	require.NotEqual(t, withHost, GetDeviceMemspace(host, TargetHostMemSpace))

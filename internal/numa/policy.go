@@ -92,6 +92,12 @@ func (s Spec) Key() string {
 	return fmt.Sprintf("%v/%s/%d", s.Partition, FormatList(s.Nodes), s.PartSize)
 }
 
+// MaxParts bounds the parts of one range interleaved by part_size: each part
+// splits the mapping, and the kernel allows a process 65530 mappings by
+// default. A part_size that would cut a range into more is raised to
+// range/MaxParts (rounded up to pages), as OpenMP lets part_size be rounded.
+const MaxParts = 64
+
 // Part is one mbind(2) call of a plan: [Off, Off+Len) gets Mode on Nodes.
 type Part struct {
 	Off, Len uintptr
@@ -147,6 +153,9 @@ func Plan(n, pageSize uintptr, s Spec, all []int) []Part {
 		if ps <= pageSize {
 			return []Part{{0, n, ModeInterleave, nodes}}
 		}
+		// Every part is a mapping of its own (vm.max_map_count is 65530):
+		// at most MaxParts per range, larger parts beyond that.
+		ps = max(ps, roundUp((n+MaxParts-1)/MaxParts))
 		for i, off := 0, uintptr(0); off < n; i, off = i+1, off+ps {
 			parts = append(parts, Part{off, min(ps, n-off), ModeBind, nodes[i%len(nodes) : i%len(nodes)+1]})
 		}

@@ -40,6 +40,7 @@ func TestPlan(t *testing.T) {
 		{"interleaved part_size of a page is by page", 4 * mib, numa.Spec{Partition: numa.Interleaved, PartSize: 100}, two, []numa.Part{{0, 4 * mib, numa.ModeInterleave, []int{0, 1}}}},
 		{"interleaved part_size rounded up to pages", 5 * pg, numa.Spec{Partition: numa.Interleaved, PartSize: pg + 1}, two, []numa.Part{
 			{0, 2 * pg, numa.ModeBind, []int{0}}, {2 * pg, 2 * pg, numa.ModeBind, []int{1}}, {4 * pg, pg, numa.ModeBind, []int{0}}}},
+		{"part_size raised to range/MaxParts", 4 * mib, numa.Spec{Partition: numa.Interleaved, PartSize: 2 * pg}, two, interleavedBy(4*mib, 4*mib/numa.MaxParts, []int{0, 1})},
 		{"one node binds whole", 4 * mib, numa.Spec{Partition: numa.Interleaved, PartSize: mib}, []int{0}, []numa.Part{{0, 4 * mib, numa.ModeBind, []int{0}}}},
 		{"blocked on one node binds whole", 4 * mib, numa.Spec{Partition: numa.Blocked}, []int{0}, []numa.Part{{0, 4 * mib, numa.ModeBind, []int{0}}}},
 		{"repeated nodes count once", 4 * pg, numa.Spec{Partition: numa.Blocked, Nodes: []int{1, 1, 0}}, nil, []numa.Part{
@@ -63,6 +64,14 @@ func TestPlan(t *testing.T) {
 			}
 		})
 	}
+}
+
+func interleavedBy(n, ps uintptr, nodes []int) []numa.Part {
+	var out []numa.Part
+	for i, off := 0, uintptr(0); off < n; i, off = i+1, off+ps {
+		out = append(out, numa.Part{Off: off, Len: ps, Mode: numa.ModeBind, Nodes: nodes[i%len(nodes) : i%len(nodes)+1]})
+	}
+	return out
 }
 
 func TestSpecKeyAndNames(t *testing.T) {

@@ -1,0 +1,133 @@
+package alloc
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// ErrPlacement: the kernel refused the memory policy an allocator's
+// partition trait or memory space asked for (mbind failed; the errno is
+// wrapped too). The allocation went through the fallback.
+var ErrPlacement = numa.ErrPolicy
+
+// The partition trait reaches the kernel per chunk, never per block: an
+// allocator whose placement differs from the process's policy (a partition
+// other than environment, or a memory space restricted to some NUMA nodes:
+// HBM, CXL, a sub-memory space) draws from a heap of its own placement,
+// shared by every allocator that places alike. That heap's source binds each
+// 4 MiB chunk and each huge region with mbind(2) right after mapping it,
+// before any page is touched, so every block, small or huge, lies in memory
+// with the asked policy, and a small alloc+free costs what it costs on the
+// default heap.
+var (
+	placedMu    sync.Mutex
+	placedHeaps = map[string]*heap.Heap{}
+)
+
+func partitionOf(v uintptr) numa.Partition {
+	switch v {
+	case traits.Nearest:
+		return numa.Nearest
+	case traits.Blocked:
+		return numa.Blocked
+	case traits.Interleaved:
+		return numa.Interleaved
+	}
+	return numa.Environment
+}
+
+// placementOf returns where an allocator on ms with set places its memory;
+// ok false means the process's policy (the shared host heap).
+func placementOf(ms memspace.ID, set traits.Set) (numa.Spec, bool) {
+	nodes, restricted, _ := memspace.Placement(ms)
+	p := partitionOf(set.Partition)
+	if p == numa.Environment && !restricted {
+		return numa.Spec{}, false
+	}
+	s := numa.Spec{Partition: p, PartSize: set.PartSize}
+	switch {
+	case restricted:
+		s.Nodes = nodes
+	case p == numa.Blocked || p == numa.Interleaved:
+		s.Nodes = nodes // every node with memory
+	}
+	return s, true
+}
+
+// hostHeapFor returns the heap of an unpinned host allocator.
+func hostHeapFor(ms memspace.ID, set traits.Set) *heap.Heap {
+	s, ok := placementOf(ms, set)
+	if !ok {
+		return hostHeap()
+	}
+	return placedHeap(s)
+}
+
+func placedHeap(s numa.Spec) *heap.Heap {
+	k := s.Key()
+	placedMu.Lock()
+	defer placedMu.Unlock()
+	h := placedHeaps[k]
+	if h == nil {
+		name := "host(" + k + ")"
+		h = heap.New(&placeSource{spec: s, name: name}, heap.Config{Name: name, KeepChunks: 1, KeepHuge: 64 << 20})
+		placedHeaps[k] = h
+	}
+	return h
+}
+
+// placeSource maps like heap.MapSource and binds what it maps.
+type placeSource struct {
+	spec numa.Spec
+	name string
+}
+
+var pageSize = uintptr(os.Getpagesize())
+
+func (s *placeSource) Acquire(n, align uintptr) (uintptr, error) {
+	p, err := heap.MapSource{}.Acquire(n, align)
+	if err != nil {
+		return 0, err
+	}
+	spec := s.spec
+	if spec.Partition == numa.Nearest && len(spec.Nodes) > 1 {
+		// Nearest among the memory space's nodes to the CPU mapping the
+		// chunk: the one preferred for it.
+		if cur, err := numa.CurrentNode(); err == nil {
+			near := numa.System().Nearest(cur, spec.Nodes)
+			spec.Nodes = append([]int{near}, spec.Nodes...)
+		}
+	}
+	if err := numa.Apply(p, numa.Plan(n, pageSize, spec, numa.System().IDs())); err != nil {
+		_ = heap.MapSource{}.Release(p, n)
+		return 0, fmt.Errorf("%s: %w", s.name, err)
+	}
+	return p, nil
+}
+
+func (s *placeSource) Release(p, n uintptr) error { return heap.MapSource{}.Release(p, n) }
+
+// Placement describes where the allocator's memory goes: the partition,
+// the NUMA nodes and the kernel policy its chunks get (in numa_maps words).
+// Target and pinned allocators report the partition only.
+func (a *Allocator) Placement() string {
+	part := partitionOf(a.traits.Partition)
+	if a.target != nil || a.traits.Pinned {
+		return part.String() + " (not applied to this memory)"
+	}
+	s, ok := placementOf(a.ms, a.traits)
+	if !ok {
+		return "environment: the process's policy"
+	}
+	plan := numa.Plan(4<<20, pageSize, s, numa.System().IDs())
+	if len(plan) == 0 {
+		return part.String() + ": the process's policy"
+	}
+	return fmt.Sprintf("%v on nodes %s: %v per chunk", part, numa.FormatList(s.Nodes), plan[0].Mode)
+}

@@ -14,6 +14,7 @@ type mEntry struct {
 	host, end, dev uintptr
 	kind           Kind
 	refs, mapped   int
+	held           bool // made by Hold: only Release ends it
 }
 
 type model struct {
@@ -110,7 +111,7 @@ func (m *model) unlock(p uintptr, mapped bool) error {
 		return ErrNotLocked
 	}
 	*c--
-	if e.refs > 0 || e.mapped > 0 || e.kind == KindRegistered {
+	if e.refs > 0 || e.mapped > 0 || e.kind == KindRegistered || e.held {
 		return nil
 	}
 	kind := e.kind
@@ -120,6 +121,41 @@ func (m *model) unlock(p uintptr, mapped bool) error {
 		return errFake
 	}
 	return nil
+}
+
+func (m *model) hold(p, n uintptr) (uintptr, error) {
+	if bad(p, n) {
+		return 0, ErrInvalid
+	}
+	if len(m.overlapping(p, p+n)) > 0 {
+		return 0, ErrOverlap
+	}
+	if m.failLock {
+		m.failLock = false
+		return 0, errFake
+	}
+	m.entries = append(m.entries, mEntry{host: p, end: p + n, dev: p + devOffset, kind: KindLocked, held: true})
+	return p + devOffset, nil
+}
+
+func (m *model) release(p uintptr) (locks, mapped int, err error) {
+	if p == 0 {
+		return 0, 0, ErrInvalid
+	}
+	i := m.at(p)
+	switch {
+	case i < 0:
+		return 0, 0, ErrNotLocked
+	case m.entries[i].host != p || !m.entries[i].held:
+		return 0, 0, ErrInvalid
+	}
+	e := m.entries[i]
+	m.entries = append(m.entries[:i], m.entries[i+1:]...)
+	if m.failUnlock {
+		m.failUnlock = false
+		return e.refs, e.mapped, errFake
+	}
+	return e.refs, e.mapped, nil
 }
 
 func (m *model) register(p, n uintptr) error {
@@ -273,15 +309,38 @@ func checkAgainstModel(t *testing.T, data []byte) {
 					MappedRefs: e.mapped, External: e.kind == KindExternal, Kind: e.kind}, info, desc)
 			}
 		case 7:
-			switch a1 % 3 {
+			switch a1 % 5 {
 			case 0:
 				f.failLock, m.failLock = true, true
 			case 1:
 				f.failUnlock, m.failUnlock = true, true
 			case 2:
 				f.failQuery, m.failQuery = true, true
+			case 3: // Hold, as a pinned heap holds its chunk
+				p, n := fuzzBase+(uintptr(a2)<<8|uintptr(sz))*64, size(sz)
+				desc = fmt.Sprintf("Hold(%#x, %d)", p, n)
+				want, wantErr := m.hold(p, n)
+				got, err := r.Hold(p, n, "fuzz")
+				require.Equal(t, wantErr, class(err), "%s: %v", desc, err)
+				if err == nil {
+					require.Equal(t, want, got, desc)
+				}
+			case 4:
+				p := pick(a2, sz, a1)
+				if sz&1 == 0 && len(m.entries) > 0 { // usually an entry's start
+					p = m.entries[int(a2)%len(m.entries)].host
+				}
+				desc = fmt.Sprintf("Release(%#x)", p)
+				wl, wm, wantErr := m.release(p)
+				gl, gm, err := r.Release(p)
+				require.Equal(t, wantErr, class(err), "%s: %v", desc, err)
+				if wantErr == nil || wantErr == errFake {
+					require.Equal(t, [2]int{wl, wm}, [2]int{gl, gm}, desc)
+				}
 			}
-			desc = "fail next"
+			if desc == "" {
+				desc = "fail next"
+			}
 		}
 		require.Equal(t, len(m.entries), r.Len(), desc)
 		requireVendorState(t, f, m, desc)
@@ -300,6 +359,11 @@ func checkAgainstModel(t *testing.T, data []byte) {
 		case e.mapped > 0:
 			require.NoError(t, r.UnlockUnmapped(e.end-1, MapMandatory))
 			require.NoError(t, m.unlock(e.end-1, true))
+		case e.held:
+			_, _, err := r.Release(e.host)
+			require.NoError(t, err)
+			_, _, err = m.release(e.host)
+			require.NoError(t, err)
 		default:
 			require.NoError(t, r.Unregister(e.host))
 			require.NoError(t, m.unregister(e.host))
@@ -373,6 +437,19 @@ func FuzzRegistry(f *testing.F) {
 		[4]byte{0, 0, 0, 0x85}, // big lock: 192 KiB
 		[4]byte{7, 1, 0, 0},    // next UnlockHost fails
 		[4]byte{1, 1, 0, 0},    // unlock: erased, error
+	))
+	f.Add(ops(
+		[4]byte{7, 3, 4, 0x81}, // hold 64 KiB
+		[4]byte{8, 0, 0, 5},    // lock inside it
+		[4]byte{1, 1, 0, 0},    // unlock: the lock's reference
+		[4]byte{1, 1, 0, 0},    // unlock: not locked, the hold stays
+		[4]byte{4, 1, 0, 1},    // lockmapped on inside it
+		[4]byte{3, 0, 0, 0},    // unregister: not registered
+		[4]byte{7, 1, 0, 0},    // next UnlockHost fails
+		[4]byte{7, 4, 0, 0},    // release: drops the mapped ref, erased, error
+		[4]byte{7, 3, 4, 0x81}, // hold again
+		[4]byte{7, 3, 4, 0x81}, // overlap
+		[4]byte{7, 4, 0, 2},    // release
 	))
 	f.Add(ops(
 		[4]byte{0, 0x40, 0, 16}, // lock inside the external range

@@ -38,7 +38,9 @@ func TestPinnedHammer(t *testing.T) {
 			wg.Add(1)
 			go func(w int) {
 				defer wg.Done()
-				fail := func(format string, args ...any) { errs <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...) }
+				fail := func(format string, args ...any) {
+					errs <- fmt.Errorf("worker %d: "+format, append([]any{w}, args...)...)
+				}
 				var live []unsafe.Pointer
 				for i := 0; i < perRound; i++ {
 					al := a

@@ -31,7 +31,12 @@
 //	devices[]:    {number, plugin, initial, default, name, vendor, memory_bytes,
 //	               capability, numa_node (-1 unknown),
 //	               registry: {entries, locked_bytes, external_bytes, registered_bytes, hits, misses}}
-//	memspaces[]:  {handle, name, kind (host, target-host, ...), memory, backed_by}
+//	numa:         {synthetic, note, nodes[] {id, cpus, memory_only, mem_total_bytes,
+//	               mem_free_bytes, distances[], tier, read_bandwidth_mbps, read_latency_ns,
+//	               huge_pages_total, note}, huge_page_sizes[], thp, high_bw_nodes[],
+//	               high_bw_why, large_cap_nodes[], large_cap_why, policies}
+//	memspaces[]:  {handle, name, kind (host, target-host, ...), memory, backed_by,
+//	               nodes[] (NUMA nodes of a host memory space), nodes_why}
 //	allocators[]: {handle, name, memspace, traits (OMP_ALLOCATOR syntax, "defaults"), default}
 //	omp_allocator: {set, value, resolved, handle, memspace, traits, warning?}
 //	memlock:      {soft_bytes, hard_bytes (-1 unlimited or n/a), soft, hard ("unlimited", "8 MiB", "n/a"),

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -19,7 +20,7 @@ import (
 const infoUsage = `Usage: ompalloc info [--json]
 
 Shows what the runtime sees on this machine: drivers, devices, memory
-spaces, allocators, OMP_ALLOCATOR, RLIMIT_MEMLOCK and VmLck, the pinned-bytes
+spaces, NUMA nodes, allocators, OMP_ALLOCATOR, RLIMIT_MEMLOCK and VmLck, the pinned-bytes
 limit, and each device's pinned registry. --json writes the same as one JSON
 object (schema "ompalloc-info/1", see the package documentation).
 
@@ -43,6 +44,7 @@ type InfoReport struct {
 	InitialDevice int             `json:"initial_device"`
 	DefaultDevice int             `json:"default_device"`
 	Devices       []DeviceInfo    `json:"devices"`
+	NUMA          NUMAInfo        `json:"numa"`
 	Memspaces     []MemspaceInfo  `json:"memspaces"`
 	Allocators    []AllocatorInfo `json:"allocators"`
 	OMPAllocator  EnvAllocator    `json:"omp_allocator"`
@@ -94,6 +96,8 @@ type MemspaceInfo struct {
 	Kind     string `json:"kind"`
 	Memory   string `json:"memory"`
 	BackedBy string `json:"backed_by"`
+	Nodes    []int  `json:"nodes"`     // NUMA nodes of a host memory space; empty for target ones
+	NodesWhy string `json:"nodes_why"` // why those nodes
 }
 
 // AllocatorInfo is a predefined allocator.
@@ -213,11 +217,17 @@ func gatherInfo() *InfoReport {
 	r.section("memspaces", func() {
 		for _, id := range memspace.All() {
 			b := memspace.Describe(id)
+			nodes := b.Nodes
+			if nodes == nil {
+				nodes = []int{}
+			}
 			r.Memspaces = append(r.Memspaces, MemspaceInfo{
 				Handle: uint64(id), Name: id.String(), Kind: b.Kind.String(), Memory: b.Memory, BackedBy: b.BackedBy.String(),
+				Nodes: nodes, NodesWhy: b.NodesWhy,
 			})
 		}
 	})
+	r.section("numa", func() { r.NUMA = gatherNUMA() })
 	r.section("allocators", func() {
 		def := alloc.Default()
 		for _, h := range traits.PredefinedAllocators() {
@@ -379,10 +389,17 @@ func writeInfo(w io.Writer, r *InfoReport) {
 		}
 	}
 
+	tw.Flush()
+	writeNUMA(w, r.NUMA)
+
 	heading("Memory spaces")
-	fmt.Fprintln(tw, "  HANDLE\tNAME\tKIND\tBACKED BY")
+	fmt.Fprintln(tw, "  HANDLE\tNAME\tKIND\tNODES\tBACKED BY")
 	for _, m := range r.Memspaces {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", m.Handle, m.Name, m.Kind, m.Memory)
+		nodes := "-"
+		if len(m.Nodes) > 0 {
+			nodes = numa.FormatList(m.Nodes)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", m.Handle, m.Name, m.Kind, nodes, m.Memory)
 	}
 
 	heading("Predefined allocators")

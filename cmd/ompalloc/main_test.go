@@ -105,7 +105,7 @@ func TestInfoText(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	for _, want := range []string{"Drivers", "host", "Devices", "initial", "Memory spaces", "omp_default_mem_space",
 		"Predefined allocators", "omp_default_mem_alloc (default)", "llvm_omp_target_device_mem_alloc",
-		"OMP_ALLOCATOR", "RLIMIT_MEMLOCK", "VmLck", "pinned-bytes limit"} {
+		"OMP_ALLOCATOR", "RLIMIT_MEMLOCK", "VmLck", "pinned-bytes limit", "NUMA nodes", "huge page sizes", "high_bw:", "large_cap: nodes"} {
 		require.Contains(t, r.stdout, want)
 	}
 	require.NotContains(t, r.stdout+r.stderr, "panic")
@@ -153,6 +153,13 @@ func TestInfoJSON(t *testing.T) {
 		require.Equal(t, d.Error == "", d.Usable)
 	}
 	require.Contains(t, plugins, "host")
+
+	require.NotEmpty(t, rep.NUMA.Nodes)
+	require.NotEmpty(t, rep.NUMA.HighBwWhy)
+	require.NotEmpty(t, rep.NUMA.LargeCap)
+	require.Equal(t, runtime.GOOS == "linux", rep.NUMA.Policies)
+	require.NotEmpty(t, rep.Memspaces[0].Nodes, "the default memory space names its nodes")
+	require.NotEmpty(t, rep.Memspaces[0].NodesWhy)
 
 	require.Len(t, rep.Memspaces, 8)
 	require.Equal(t, "omp_default_mem_space", rep.Memspaces[0].Name)

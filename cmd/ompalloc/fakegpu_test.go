@@ -145,3 +145,35 @@ func TestFakeGPUPinnedLimitZero(t *testing.T) {
 	require.NotEmpty(t, host.Error, "mlock still meets RLIMIT_MEMLOCK")
 	require.NotContains(t, host.Error, "pinned-memory limit of", "the kernel's limit, not ompalloc's cap")
 }
+
+// A driver that cannot give the peak its buffer fails the peak series with
+// the driver's name for the error; the other series are measured, and the
+// goal that needs the peak says it was not measured.
+func TestFakeGPUPeakFailure(t *testing.T) {
+	lib := fakedrv.Build(t, "fakecuda")
+	r := ompalloc(t, []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=cuMemAllocHost=2"},
+		"bench", "--json", "--time", "5ms", "--sizes", "4K,64M", "--regions", "100")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rep BenchReport
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	peaks := 0
+	for _, res := range rep.Results {
+		if res.Group != "h2d" && res.Group != "d2h" {
+			continue
+		}
+		if res.Series == peakSeries {
+			peaks++
+			require.Equal(t, "cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY", res.Error, "%+v", res)
+			continue
+		}
+		require.Empty(t, res.Error, "%+v", res)
+		require.Zero(t, res.OfPeak, "no peak to compare with")
+	}
+	require.Equal(t, 4, peaks)
+	require.Equal(t, goalUnmeasured, rep.Goals[0].Status, "%+v", rep.Goals[0])
+
+	r = ompalloc(t, []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=cuMemAllocHost=2"},
+		"bench", "--time", "5ms", "--sizes", "4K", "--regions", "100")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "h2d driver peak 4 KiB: cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY")
+}

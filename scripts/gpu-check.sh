@@ -25,10 +25,13 @@
 #     (cuMemAllocHost + cuMemcpy*Async), ours/peak, and small-copy latency
 #     with and without the staging pool: OUT/bench.json, OUT/bench.svg.
 #     BENCH_TIME (default 200ms per case) and BENCH_SIZES (a list such as
-#     4K,64M,1G; default the bench's own) tune it.
+#     4K,64M,1G; default the bench's own) tune it;
+#   - where python3 has torch, torch-peak.py: PyTorch's pin_memory() H2D and
+#     D2H at the same sizes, in the same run: OUT/torch.json.
 # OUT/summary.json: {libcuda, arch, tests_passed, tests_failed,
 # tests_skipped, packages_failed, bench_errors (failed h2d, d2h and
-# small_copy cases), goals, status}; status is 0 when every test binary,
+# small_copy cases), goals, torch (measured / absent / failed: why),
+# status}; status is 0 when every test binary,
 # info and bench succeeded and measured transfers, none failing. The goals
 # (met / missed / unmeasured) are reported, not enforced.
 set -euo pipefail
@@ -51,6 +54,7 @@ build)
 	done
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/ompalloc" ./cmd/ompalloc
 	cp scripts/gpu-check.sh "$dir/gpu-check.sh"
+	cp scripts/torch-peak.py "$dir/torch-peak.py"
 	printf 'commit %s\ngo %s\narch linux/%s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 		"$(go env GOVERSION)" "$arch" >"$dir/BUILD"
 	ls -l "$dir"
@@ -103,6 +107,16 @@ run)
 		echo "gpu-check: the bench measured no transfers (no device?): see bench.json skipped" >&2
 		status=1
 	fi
+	# PyTorch's pinned copies in the same run, where its Python has torch
+	# (reported, never part of the status).
+	torch="absent: no python3 with torch"
+	if [[ -e $dir/torch-peak.py ]] && command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
+		if python3 "$dir/torch-peak.py" "${BENCH_SIZES:-default}" "${BENCH_TIME:-200ms}" >"$out/torch.json" 2>"$out/torch.err"; then
+			torch=measured
+		else
+			torch="failed: $({ cat "$out/torch.err"; grep '"error"' "$out/torch.json"; } 2>/dev/null | grep . | tail -n 1 | tr -d '"\\' | sed 's/^ *//')"
+		fi
+	fi
 	goals=$(sed -n '/^  "goals": \[/,/^  \],\{0,1\}$/p' "$out/bench.json" | sed '1s/.*/[/; $s/.*/]/')
 	[[ -n $goals ]] || goals=[]
 	arch=$(sed -n 's/^  "arch": "\(.*\)",$/\1/p' "$out/info.json")
@@ -111,7 +125,7 @@ run)
 		printf '{"libcuda":"%s","arch":"%s","tests_passed":%d,"tests_failed":%d,"tests_skipped":%d,"packages_failed":[%s],' \
 			"$lib" "$arch" "$passed" "$failed" "$skipped" "${pkgfail[*]}"
 	) >"$out/summary.json"
-	printf '"bench_errors":%d,"goals":%s,"status":%d}\n' "$benchErrors" "$goals" "$status" >>"$out/summary.json"
+	printf '"bench_errors":%d,"goals":%s,"torch":"%s","status":%d}\n' "$benchErrors" "$goals" "$torch" "$status" >>"$out/summary.json"
 	cat "$out/summary.json"
 	exit $status
 	;;

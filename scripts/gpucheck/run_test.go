@@ -26,6 +26,7 @@ type Summary struct {
 	PackagesFailed []string          `json:"packages_failed"`
 	BenchErrors    int               `json:"bench_errors"`
 	Goals          []json.RawMessage `json:"goals"`
+	Torch          string            `json:"torch"`
 	Status         int               `json:"status"`
 }
 
@@ -182,6 +183,7 @@ func TestRunSummary(t *testing.T) {
 			require.Equal(t, tc.failedPkgs, s.PackagesFailed)
 			require.Equal(t, tc.benchErrors, s.BenchErrors)
 			require.Len(t, s.Goals, 2, "the bench's goals, verbatim")
+			require.Equal(t, "absent: no python3 with torch", s.Torch)
 			var g benchGoal
 			require.NoError(t, json.Unmarshal(s.Goals[0], &g))
 			require.Equal(t, benchGoal{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, g)

@@ -26,8 +26,13 @@ func newTestHeap(t testing.TB) *Heap {
 func TestClassTable(t *testing.T) {
 	for c := 1; c < numClasses; c++ {
 		require.Greater(t, classSize[c], classSize[c-1])
-		if classSize[c] >= 256 {
-			require.Zero(t, classSize[c]%64, "class %d", classSize[c])
+		if s := classSize[c]; s >= 256 && (s-hdrSize)&(s-hdrSize-1) != 0 { // all but the power-of-two + header classes
+			require.Zero(t, s%64, "class %d", s)
+		}
+		require.LessOrEqual(t, classPages[c], uintptr(maxSpanPgs))
+		span := classPages[c] * pageSize
+		if classSize[c] <= 4096+hdrSize {
+			require.LessOrEqual(t, span%classSize[c]/(span/classSize[c]), uintptr(1), "class %d: tail per slot", classSize[c])
 		}
 		if classSize[c-1] >= 128 {
 			require.LessOrEqual(t, float64(classSize[c])/float64(classSize[c-1]), 1.25+1e-9)
@@ -35,6 +40,7 @@ func TestClassTable(t *testing.T) {
 	}
 	for _, tc := range []struct{ need, align, want uintptr }{
 		{80, 16, 80}, {81, 16, 96}, {128, 64, 128}, {129, 64, 192}, {32 << 10, 16, 32 << 10}, {8192 + 16, 4096, 12288},
+		{4096 + 16, 16, 4112}, {4096 + 17, 16, 5120}, {4096 + 64, 64, 5120}, {1024 + 16, 16, 1040}, {256 + 16, 16, 272}, {257, 16, 272},
 	} {
 		c := classFor(tc.need, tc.align)
 		require.GreaterOrEqual(t, c, 0)

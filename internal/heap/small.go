@@ -166,7 +166,7 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	rel := uint64(p - s.base) // < 256 KiB: p is in one of the span's pages
+	rel := uint64(p - s.base) // < 1 MiB: p is in one of the span's pages
 	slot = s.base + uintptr(rel*s.divMul>>divShift)*s.size
 	off := p - slot
 	if off < hdrSize {

@@ -7,7 +7,9 @@ import (
 	"github.com/ompalloc/ompalloc/traits"
 )
 
-// Errors returned by this package; test with errors.Is.
+// Errors returned by this package; test with errors.Is. Every error the
+// package returns matches one of them (errors from a device match ErrDevice
+// and, beneath it, the target package's own).
 var (
 	// ErrInvalidTrait: a trait key or value is not allowed (see package traits).
 	ErrInvalidTrait = traits.ErrInvalidTrait
@@ -27,6 +29,13 @@ var (
 	ErrInvalidPointer = errors.New("invalid pointer")
 	// ErrDoubleFree: the block was already freed.
 	ErrDoubleFree = heap.ErrDoubleFree
+	// ErrTooLarge: the size asked is beyond what any machine could back
+	// (over 64 TiB).
+	ErrTooLarge = heap.ErrTooLarge
+	// ErrDevice: the device behind a target memory space failed or does
+	// not exist; the error wraps the device layer's (target.ErrBadDevice, a
+	// driver's).
+	ErrDevice = errors.New("device error")
 	// ErrOverflow: nmemb*size overflows.
 	ErrOverflow = errors.New("size overflow")
 	// ErrDestroyed: the allocator was destroyed.

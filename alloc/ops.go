@@ -270,32 +270,16 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 }
 
 // BlockSize returns the requested size of the live block at p, from a heap
-// or from a target memory space.
+// or from a target memory space (Inspect tells more).
 func BlockSize(p unsafe.Pointer) (uintptr, error) {
-	b, err := heap.Inspect(uintptr(p))
-	if err != nil {
-		if errors.Is(err, heap.ErrForeign) {
-			if v, ok := targetBlocks.Load(uintptr(p)); ok {
-				return v.(targetBlock).size, nil
-			}
-		}
-		return 0, err
-	}
-	return b.Size, nil
+	info, err := Inspect(p)
+	return info.Size, err
 }
 
 // Owner returns the allocator of the live block at p.
 func Owner(p unsafe.Pointer) (*Allocator, error) {
-	b, err := heap.Inspect(uintptr(p))
-	if err != nil {
-		if errors.Is(err, heap.ErrForeign) {
-			if a, ok := targetOwner(p); ok {
-				return a, nil
-			}
-		}
-		return nil, err
-	}
-	return owner(b.Owner), nil
+	info, err := Inspect(p)
+	return info.Allocator, err
 }
 
 // Trim returns cached free memory of every host heap to the system.

@@ -52,14 +52,14 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	}
 	d, err := target.Get(dev)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
 	}
 	if zero && tb.kind == plugin.MemDevice && !d.IsHost() {
 		return nil, fmt.Errorf("%w: zeroed device memory from %v", ErrNotSupported, a)
 	}
 	p, err := d.Alloc(tb.kind, size)
 	if err != nil {
-		return nil, fmt.Errorf("%v: %w", a, err)
+		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
 	}
 	if p%align != 0 {
 		_ = d.Free(tb.kind, p)
@@ -86,7 +86,10 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 	if b.a.releasable() {
 		b.a.release()
 	}
-	return true, b.dev.Free(b.kind, uintptr(p))
+	if err := b.dev.Free(b.kind, uintptr(p)); err != nil {
+		return true, fmt.Errorf("%w: %v: free of %p: %w", ErrDevice, b.a, p, err)
+	}
+	return true, nil
 }
 
 func isTarget(p unsafe.Pointer) bool {

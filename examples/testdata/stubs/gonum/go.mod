@@ -1,0 +1,3 @@
+module gonum.org/v1/gonum
+
+go 1.25

@@ -1,0 +1,3 @@
+module gorgonia.org/tensor
+
+go 1.25

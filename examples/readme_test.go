@@ -1,0 +1,162 @@
+package examples_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// snippet is one ```go block of a Markdown file.
+type snippet struct {
+	line int // where the block starts
+	code string
+}
+
+// goSnippets returns the ```go blocks of the Markdown text.
+func goSnippets(md string) []snippet {
+	var out []snippet
+	var cur *strings.Builder
+	start := 0
+	sc := bufio.NewScanner(strings.NewReader(md))
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		switch {
+		case cur == nil && strings.TrimSpace(l) == "```go":
+			cur, start = new(strings.Builder), n
+		case cur != nil && strings.TrimSpace(l) == "```":
+			out = append(out, snippet{line: start, code: cur.String()})
+			cur = nil
+		case cur != nil:
+			cur.WriteString(l + "\n")
+		}
+	}
+	return out
+}
+
+// wantOutput is the text of a trailing "// Output:" comment, as in
+// Example functions, and whether there is one.
+func wantOutput(code string) (string, bool) {
+	i := strings.LastIndex(code, "// Output:")
+	if i < 0 {
+		return "", false
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(code[i:], "\n")[1:] {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "//") {
+			break
+		}
+		b.WriteString(strings.TrimSpace(strings.TrimPrefix(l, "//")) + "\n")
+	}
+	return b.String(), true
+}
+
+// stubModules are the stand-ins for third-party modules that snippets may
+// import (testdata/stubs/README.md), by module path.
+var stubModules = map[string]string{
+	"gonum.org/v1/gonum":             "gonum",
+	"github.com/apache/arrow-go/v18": "arrow",
+	"gorgonia.org/tensor":            "tensor",
+}
+
+// Every Go snippet of the README is a whole program that passes go vet,
+// builds cgo-free and runs, printing what its "// Output:" comment says if
+// it has one. The snippets build in a module of their own that uses this
+// checkout for ompalloc and the stand-ins for gonum, Arrow and gorgonia.
+func TestREADMESnippets(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH to build the snippets")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	md, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	snips := goSnippets(string(md))
+	require.GreaterOrEqual(t, len(snips), 5, "the README's Go snippets (example, kmp, gonum, Arrow, gorgonia)")
+
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	gosum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	require.NoError(t, err)
+	stubs, err := filepath.Abs(filepath.Join("testdata", "stubs"))
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	var mod strings.Builder
+	mod.WriteString("module readme.snippets\n\ngo 1.25.0\n\nrequire github.com/ompalloc/ompalloc v0.0.0\n\n")
+	// ompalloc's own requirements, so that the module graph is complete
+	// without a network.
+	for _, m := range regexp.MustCompile(`(?ms)^require\s*\(.*?\)|^require [^\n(]+$`).FindAllString(string(gomod), -1) {
+		mod.WriteString(m + "\n")
+	}
+	fmt.Fprintf(&mod, "\nreplace github.com/ompalloc/ompalloc => %s\n", root)
+	for path, d := range stubModules {
+		v := "v0.0.0"
+		if m := regexp.MustCompile(`/v(\d+)$`).FindStringSubmatch(path); m != nil {
+			v = "v" + m[1] + ".0.0" // a major-version path needs that major
+		}
+		fmt.Fprintf(&mod, "require %s %s\nreplace %s => %s\n", path, v, path, filepath.Join(stubs, d))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), gosum, 0o644))
+	for i, s := range snips {
+		require.True(t, strings.HasPrefix(s.code, "package main\n"),
+			"README.md:%d: a Go snippet is a whole program (package main), so that this test can check it", s.line)
+		d := filepath.Join(dir, fmt.Sprintf("snippet%d", i))
+		require.NoError(t, os.Mkdir(d, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "main.go"), []byte(s.code), 0o644))
+	}
+
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	run := func(name string, args ...string) []byte {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %s:\n%s", name, strings.Join(args, " "), out)
+		return out
+	}
+	run(goBin, "vet", "./...")
+	bin := filepath.Join(dir, "bin")
+	run(goBin, "build", "-o", bin+string(filepath.Separator), "./...")
+
+	for i, s := range snips {
+		t.Run(fmt.Sprintf("README.md:%d", s.line), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, fmt.Sprintf("snippet%d", i)))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
+			if want, ok := wantOutput(s.code); ok {
+				require.Equal(t, want, stdout.String())
+			}
+		})
+	}
+}
+
+func TestGoSnippetsParser(t *testing.T) {
+	md := "text\n```go\npackage main\n// Output:\n// 1\n// two\n```\n```sh\nls\n```\n```go\nx := 1\n```\n"
+	s := goSnippets(md)
+	require.Len(t, s, 2)
+	require.Equal(t, 2, s[0].line)
+	require.Equal(t, "package main\n// Output:\n// 1\n// two\n", s[0].code)
+	want, ok := wantOutput(s[0].code)
+	require.True(t, ok)
+	require.Equal(t, "1\ntwo\n", want)
+	_, ok = wantOutput(s[1].code)
+	require.False(t, ok)
+}

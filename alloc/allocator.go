@@ -305,7 +305,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	if ms == memspace.Null || !ms.Exists() {
 		return nil, fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
 	}
-	set, err := traits.FromList(ts)
+	set, err := traits.FromList(targetFallback(ms, ts))
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,15 @@
 // initial device as well as the accelerators; any other number is an error
 // matching ErrBadDevice that names the valid range.
 //
+// # Memory without unsafe
+//
+// Device.Alloc returns an address (uintptr), as drivers do. AllocMemory
+// returns a Memory instead (device, kind, address, size): Pointer gives an
+// unsafe.Pointer, and Bytes and Slice[T] give a slice over host-accessible
+// memory (host and shared kinds, and every kind on the host device) with no
+// conversion in the caller's code for go vet to flag; GPU device memory is
+// refused with an error, never handed out as a slice to fault on.
+//
 // # Generic and vendor parts
 //
 // A Device holds its plugin.Impl, a pinned.Registry of the host ranges

@@ -93,13 +93,32 @@ type pinSource struct {
 	name string // the owner the registry names
 
 	mu    sync.Mutex
-	stuck map[uintptr]uintptr // chunks the device could not unlock yet: start → size
+	stuck   map[uintptr]uintptr // chunks the device could not unlock yet: start → size
+	partial map[uintptr]uintptr // chunks locked only in part (AcquireChunk): start → bytes locked
 
 	counts poolCounts // this pool's lock calls (PinnedPools)
 }
 
-func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
-	if err := pinLimit.reserve(n); err != nil {
+func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) { return s.acquire(n, align, n) }
+
+// AcquireChunk serves the heap's 4 MiB chunks (heap.PartialSource): under a
+// pinned-bytes limit with less than a chunk left, it maps the whole chunk
+// but locks, registers and counts only what the limit allows (in 64 KiB
+// pages), so that a 1 MiB limit still serves about 1 MiB of small blocks.
+func (s *pinSource) AcquireChunk(n, align, need uintptr) (p, usable uintptr, err error) {
+	usable = n
+	if max, used := PinnedLimit(); max > 0 && used+n > max {
+		if avail := (max - min(used, max)) &^ (64<<10 - 1); avail >= need {
+			usable = avail
+		} // else the whole chunk is asked for, and the limit refuses it by name
+	}
+	p, err = s.acquire(n, align, usable)
+	return p, usable, err
+}
+
+// acquire maps n bytes and locks the first lockN of them.
+func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
+	if err := pinLimit.reserve(lockN); err != nil {
 		return 0, err
 	}
 	c, err := loader.C()
@@ -107,12 +126,12 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 		err = fault.Check(fault.PinMap)
 	}
 	if err != nil {
-		pinLimit.release(n)
+		pinLimit.release(lockN)
 		return 0, err
 	}
 	p, err := c.MapAligned(n, align)
 	if err != nil {
-		pinLimit.release(n)
+		pinLimit.release(lockN)
 		return 0, err
 	}
 	d, err := target.Get(s.dev)
@@ -121,14 +140,22 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) {
 	}
 	if err == nil {
 		start := time.Now()
-		_, err = d.HoldMem(p, n, s.name)
+		_, err = d.HoldMem(p, lockN, s.name)
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
 	if err != nil {
 		_ = c.Unmap(p, n)
-		pinLimit.release(n)
-		return 0, fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, n, s.dev, err)
+		pinLimit.release(lockN)
+		return 0, fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, lockN, s.dev, err)
+	}
+	if lockN != n {
+		s.mu.Lock()
+		if s.partial == nil {
+			s.partial = map[uintptr]uintptr{}
+		}
+		s.partial[p] = lockN
+		s.mu.Unlock()
 	}
 	pinStats.locks.Add(1)
 	s.counts.locks.Add(1)
@@ -174,11 +201,26 @@ func (s *pinSource) Release(p, n uintptr) error {
 	if err == nil {
 		err = c.Unmap(p, n)
 	}
-	pinLimit.release(n)
+	s.mu.Lock()
+	lockN, ok := s.partial[p]
+	delete(s.partial, p)
+	s.mu.Unlock()
+	if !ok {
+		lockN = n
+	}
+	pinLimit.release(lockN)
 	if uerr != nil {
 		return uerr
 	}
 	return err
+}
+
+// lockedLen is how much of the chunk or region [p, p+n) is locked (s.mu held).
+func (s *pinSource) lockedLen(p, n uintptr) uintptr {
+	if l, ok := s.partial[p]; ok {
+		return l
+	}
+	return n
 }
 
 // retry releases the chunks the device could not unlock before.
@@ -196,8 +238,8 @@ func (s *pinSource) retry() {
 func (s *pinSource) stuckBytes() (bytes uintptr, chunks int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range s.stuck {
-		bytes += n
+	for p, n := range s.stuck {
+		bytes += s.lockedLen(p, n)
 		chunks++
 	}
 	return bytes, chunks

@@ -111,3 +111,50 @@ func TestPinnedHammer(t *testing.T) {
 	require.NoError(t, target.Shutdown(), "nothing pinned is left: Shutdown proceeds")
 	require.NoError(t, base.Check())
 }
+
+// Issue 9, item 7: under a pinned-bytes limit smaller than a chunk, the
+// pinned heap locks only what the limit allows, so a 1 MiB limit serves
+// about 1 MiB of small pinned blocks; VmLck, the registry and the limit
+// agree all the while.
+func TestSmallPinnedLimitServesWhatItAllows(t *testing.T) {
+	alloc.Trim()
+	base := leakcheck.Start()
+	_, used := alloc.PinnedLimit()
+	require.Zero(t, used)
+	old := alloc.SetPinnedLimit(1 << 20)
+	defer alloc.SetPinnedLimit(old)
+	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.NullFb))
+	require.NoError(t, err)
+	dev, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+
+	var ps []unsafe.Pointer
+	var served uintptr
+	for {
+		p, err := a.Alloc(1000)
+		if err != nil {
+			require.ErrorIs(t, err, alloc.ErrPinFailed)
+			break
+		}
+		require.True(t, dev.Registry().IsPinned(uintptr(p)), "block %d is locked", len(ps))
+		ps = append(ps, p)
+		served += 1000
+		require.Less(t, len(ps), 10000, "the limit is never passed")
+	}
+	t.Logf("a 1 MiB limit served %d blocks of 1000 bytes", len(ps))
+	require.Greater(t, served, uintptr(900<<10), "about 1 MiB")
+	_, used = alloc.PinnedLimit()
+	require.LessOrEqual(t, used, uintptr(1<<20))
+	require.NoError(t, base.Consistent())
+	p16, err := a.Alloc(16)
+	require.ErrorIs(t, err, alloc.ErrPinFailed, "full: %p", p16)
+
+	for _, p := range ps {
+		require.NoError(t, alloc.Free(p))
+	}
+	require.NoError(t, a.Destroy())
+	alloc.Trim()
+	require.NoError(t, base.Consistent())
+	_, used = alloc.PinnedLimit()
+	require.Zero(t, used)
+}

@@ -138,19 +138,36 @@ func TestPinnedChild(t *testing.T) {
 	}
 	nullFb, err := New(memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
 	require.NoError(t, err)
-	p, err := nullFb.Alloc(1000)
-	require.ErrorIs(t, err, ErrPinFailed)
-	require.Nil(t, p)
-	t.Log(err)
+	n := uintptr(8000)
 	if os.Getenv(PinnedLimitEnv) == "0" {
+		// No limit of ours: mlock of the 4 MiB chunk meets RLIMIT_MEMLOCK.
+		p, err := nullFb.Alloc(1000)
+		require.ErrorIs(t, err, ErrPinFailed)
+		require.Nil(t, p)
+		t.Log(err)
 		require.ErrorContains(t, err, "RLIMIT_MEMLOCK")
+	} else {
+		// Our limit is RLIMIT_MEMLOCK, 64 KiB: the chunk is locked only that
+		// far, so small blocks are served pinned and larger ones refused.
+		p, err := nullFb.Alloc(1000)
+		require.NoError(t, err)
+		require.True(t, isPinned(t, p))
+		require.Equal(t, 64, vmLckKiB(t))
+		big, err := nullFb.Alloc(200 << 10)
+		require.ErrorIs(t, err, ErrPinFailed)
+		require.Nil(t, big)
+		t.Log(err)
+		require.ErrorContains(t, err, "pinned-memory limit of 65536 bytes")
+		require.NoError(t, Free(p))
+		Trim()
+		n = 200 << 10
 	}
 
 	defFb, err := New(memspace.Default, WithPinned(true), WithFallback(traits.DefaultMemFb))
 	require.NoError(t, err)
-	q, err := defFb.Calloc(1000, 8)
+	q, err := defFb.Calloc(n/8, 8)
 	require.NoError(t, err, "default_mem_fb gives unpinned memory")
-	require.Equal(t, make([]byte, 8000), unsafe.Slice((*byte)(q), 8000))
+	require.Equal(t, make([]byte, n), unsafe.Slice((*byte)(q), n))
 	o, err := Owner(q)
 	require.NoError(t, err)
 	require.Equal(t, DefaultMem, o.Handle())

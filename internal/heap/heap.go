@@ -39,6 +39,17 @@ type Source interface {
 	Release(p, n uintptr) error
 }
 
+// A PartialSource may serve a chunk of which only the first usable bytes
+// (a multiple of 64 KiB, at least 64 KiB) can be handed out: a pinned heap
+// under a pinned-bytes limit smaller than a chunk locks no more than it may.
+// The rest of the chunk stays reserved and is never used; Release is called
+// with the whole chunk. need is what the heap needs of it now: a source that
+// cannot make that much usable fails.
+type PartialSource interface {
+	Source
+	AcquireChunk(n, align, need uintptr) (p, usable uintptr, err error)
+}
+
 // Config tunes how much free memory a heap keeps instead of returning it.
 type Config struct {
 	Name       string  // for messages
@@ -118,7 +129,8 @@ type chunk struct {
 	base  uintptr
 	size  uintptr
 	pages [pagesPerChunk]atomic.Pointer[span]
-	used  uint64 // pages in spans
+	used  uint64 // pages in spans, and the reserved ones
+	resv  uint64 // pages a PartialSource did not make usable (always in used)
 	dirty uint64 // pages ever used (not known to be zero)
 	huge  *span
 }

@@ -5,6 +5,7 @@ package heap
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
@@ -22,20 +23,38 @@ func (h *Heap) allocPages(n, alignPages uintptr) (ch *chunk, first uintptr, fres
 			}
 		}
 	}
-	p, err := h.src.Acquire(chunkSize, chunkSize)
+	p, usable, err := h.acquireChunk(n * pageSize)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
 	}
 	c := &chunk{heap: h, base: p, size: chunkSize}
+	if usable < chunkSize {
+		c.resv = ^pageMask(0, usable>>pageShift)
+		c.used = c.resv
+	}
 	h.chunks = append(h.chunks, c)
-	h.mapped += chunkSize
+	h.mapped += usable
 	h.empty++
 	setGranules(p, chunkSize, c)
 	return c, 0, h.takePages(c, pageMask(0, n)), nil
 }
 
+// acquireChunk gets a chunk from the source, and how much of it is usable.
+func (h *Heap) acquireChunk(need uintptr) (p, usable uintptr, err error) {
+	if ps, ok := h.src.(PartialSource); ok {
+		p, usable, err = ps.AcquireChunk(chunkSize, chunkSize, need)
+		if err == nil && (usable < need || usable > chunkSize || usable%pageSize != 0) {
+			_ = h.src.Release(p, chunkSize)
+			return 0, 0, fmt.Errorf("the source made %d bytes of a chunk usable", usable)
+		}
+		return p, usable, err
+	}
+	p, err = h.src.Acquire(chunkSize, chunkSize)
+	return p, chunkSize, err
+}
+
 func (h *Heap) takePages(c *chunk, m uint64) (fresh bool) {
-	if c.used == 0 {
+	if c.used == c.resv {
 		h.empty--
 	}
 	fresh = c.dirty&m == 0
@@ -57,7 +76,7 @@ func (h *Heap) freeSpan(s *span) {
 	}
 	s.state.Store(spanDead)
 	ch.used &^= pageMask(first, s.npages)
-	if ch.used == 0 {
+	if ch.used == ch.resv {
 		h.empty++
 		if h.empty > h.cfg.KeepChunks {
 			h.releaseChunk(ch)
@@ -73,7 +92,7 @@ func (h *Heap) releaseChunk(ch *chunk) {
 		}
 	}
 	h.empty--
-	h.mapped -= ch.size
+	h.mapped -= ch.size - uintptr(bits.OnesCount64(ch.resv))*pageSize
 	setGranules(ch.base, ch.size, nil)
 	_ = h.src.Release(ch.base, ch.size) // the table no longer points here: nothing can reach it
 }

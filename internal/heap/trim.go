@@ -43,7 +43,7 @@ func (h *Heap) Trim() uintptr {
 	}
 	h.huge, h.retained = nil, 0
 	for i := len(h.chunks) - 1; i >= 0; i-- {
-		if ch := h.chunks[i]; ch.used == 0 {
+		if ch := h.chunks[i]; ch.used == ch.resv {
 			h.releaseChunk(ch)
 		}
 	}

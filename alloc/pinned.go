@@ -92,7 +92,7 @@ type pinSource struct {
 	dev  int
 	name string // the owner the registry names
 
-	mu    sync.Mutex
+	mu      sync.Mutex
 	stuck   map[uintptr]uintptr // chunks the device could not unlock yet: start → size
 	partial map[uintptr]uintptr // chunks locked only in part (AcquireChunk): start → bytes locked
 

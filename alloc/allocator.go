@@ -62,8 +62,9 @@ type Allocator struct {
 
 	fb *Allocator // where a failed allocation goes next; nil = nowhere
 
-	align     uintptr // max(trait, 16)
-	plain     bool    // a host heap with no pool: alloc's fast path applies
+	align     uintptr         // max(trait, 16)
+	plain     bool            // a host heap with no pool: alloc's fast path applies
+	ptn       *partitionerUse // partition=partitioner: its parts are bound per block
 	poolUsed  atomic.Int64
 	shards    shards
 	destroyed atomic.Bool
@@ -207,7 +208,12 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		a.heap = hostHeapFor(ms, set)
 	}
 	a.name = fmt.Sprintf("allocator#%d(%v%s)", h, ms, pinnedSuffix(set.Pinned))
-	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0
+	if set.Partition == traits.PartitionerValue {
+		if err := a.usePartitioner(ms, set); err != nil {
+			return nil, err
+		}
+	}
+	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0 && a.ptn == nil
 	return a, nil
 }
 
@@ -362,6 +368,9 @@ func (a *Allocator) Destroy() error {
 		runtime.Gosched()
 	}
 	a.leavePool() // the pool's trimming policy (poolstats.go)
+	if a.ptn != nil {
+		a.ptn.destroyed()
+	}
 	if n := a.shards.live(); n > 0 {
 		return fmt.Errorf("%w: %v: %d blocks (%d bytes) still allocated", ErrLiveBlocks, a, n, a.Stats().BytesLive)
 	}

@@ -122,6 +122,12 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	if foot > 0 && int64(f) != foot {
 		a.poolCharged(p, foot, int64(f))
 	}
+	if a.ptn != nil {
+		if err := a.ptn.place(p, size); err != nil {
+			_ = Free(cmem.Ptr(p))
+			return nil, fmt.Errorf("%v: %w", a, err)
+		}
+	}
 	if leakCheck.Load() {
 		leakRecordAlloc(a, cmem.Ptr(p), size)
 	}
@@ -204,6 +210,9 @@ func freeNow(p unsafe.Pointer) error {
 	a := owner(b.Owner)
 	if a == nil {
 		return nil // cannot happen: owners outlive their blocks
+	}
+	if a.ptn != nil {
+		a.ptn.freed(uintptr(p))
 	}
 	// heap.Free counted the block out of a's tally.
 	if a.traits.PoolSize > 0 {

@@ -24,6 +24,8 @@ const (
 	TargetAccess    Key = 12 // omp_atk_target_access
 	AtomicScope     Key = 13 // omp_atk_atomic_scope
 	PartSize        Key = 14 // omp_atk_part_size
+	Partitioner     Key = 15 // omp_atk_partitioner (OpenMP 6.0; the official header spells it partioner)
+	PartitionerArg  Key = 16 // omp_atk_partitioner_arg
 )
 
 // Value is an allocator trait value, omp_uintptr_t.
@@ -50,6 +52,9 @@ const (
 	Single      Value = 20
 	Multiple    Value = 21
 	Memspace    Value = 22
+	// PartitionerValue is omp_atv_partitioner (OpenMP 6.0): partition by the
+	// allocator's partitioner trait.
+	PartitionerValue Value = 23
 )
 
 // The fallback values are untyped so that each serves both as a Trait.Value
@@ -85,6 +90,8 @@ var keyNames = [...]string{
 	TargetAccess:    "target_access",
 	AtomicScope:     "atomic_scope",
 	PartSize:        "part_size",
+	Partitioner:     "partitioner",
+	PartitionerArg:  "partitioner_arg",
 }
 
 // Name returns the short name of a key as written in OMP_ALLOCATOR
@@ -109,7 +116,8 @@ func (k Key) String() string {
 // ("omp_atk_alignment"), ignoring case as OpenMP does for environment values.
 func KeyByName(name string) (Key, bool) {
 	n := strings.TrimPrefix(asciiLower(name), "omp_atk_")
-	for k := SyncHint; k <= PartSize; k++ {
+	n = strings.Replace(n, "partioner", "partitioner", 1) // the 6.0 header's spelling
+	for k := SyncHint; k <= PartitionerArg; k++ {
 		if keyNames[k] == n {
 			return k, true
 		}
@@ -140,6 +148,7 @@ var valueNames = [...]string{
 	Single:       "single",
 	Multiple:     "multiple",
 	Memspace:     "memspace",
+	23:           "partitioner",
 }
 
 // valueName returns the short name of a named value ("contended"), or "".

@@ -45,6 +45,8 @@ type Set struct {
 	TargetAccess    uintptr      // Single or Multiple
 	AtomicScope     uintptr      // All or Device
 	PartSize        uintptr      // 0 = implementation's choice
+	Partitioner     uintptr      // partitioner handle (OpenMP 6.0) when Partition is PartitionerValue; else 0
+	PartitionerArg  uintptr      // handed to the partitioner's compute routine
 }
 
 // Defaults returns the traits of an allocator made with no traits, as LLVM
@@ -76,6 +78,7 @@ const (
 	kPositive             // any integer > 0
 	kDevice               // a device number, 0..MaxInt32
 	kHandle               // an allocator handle
+	kAny                  // any value
 )
 
 type rule struct {
@@ -92,13 +95,15 @@ var rules = [...]rule{
 	Fallback:        {kEnum, []uintptr{DefaultMemFb, NullFb, AbortFb, AllocatorFb}},
 	FbData:          {kind: kHandle},
 	Pinned:          {kEnum, []uintptr{True, False}},
-	Partition:       {kEnum, []uintptr{Environment, Nearest, Blocked, Interleaved}},
+	Partition:       {kEnum, []uintptr{Environment, Nearest, Blocked, Interleaved, PartitionerValue}},
 	PinDevice:       {kind: kDevice},
 	PreferredDevice: {kind: kDevice},
 	DeviceAccess:    {kEnum, []uintptr{All, Memspace, Device}},
 	TargetAccess:    {kEnum, []uintptr{Single, Multiple}},
 	AtomicScope:     {kEnum, []uintptr{All, Device}},
 	PartSize:        {kind: kPositive},
+	Partitioner:     {kind: kPositive}, // a handle; whether it is live is package alloc's to check
+	PartitionerArg:  {kind: kAny},
 }
 
 func ruleOf(k Key) (rule, bool) {
@@ -194,6 +199,13 @@ func FromList(ts []Trait) (Set, error) {
 	if s.Fallback != AllocatorFb {
 		s.FbData = 0
 	}
+	if s.Partition == PartitionerValue && s.Partitioner == 0 {
+		return Set{}, &TraitError{Key: Partition, Value: PartitionerValue, HasValue: true,
+			Reason: "partition=partitioner needs an omp_atk_partitioner trait naming the partitioner"}
+	}
+	if s.Partition != PartitionerValue {
+		s.Partitioner, s.PartitionerArg = 0, 0
+	}
 	return s, nil
 }
 
@@ -228,6 +240,10 @@ func (s *Set) set(k Key, v uintptr) {
 		s.AtomicScope = v
 	case PartSize:
 		s.PartSize = v
+	case Partitioner:
+		s.Partitioner = v
+	case PartitionerArg:
+		s.PartitionerArg = v
 	}
 }
 
@@ -263,6 +279,10 @@ func (s *Set) reset(k Key) {
 		s.AtomicScope = d.AtomicScope
 	case PartSize:
 		s.PartSize = d.PartSize
+	case Partitioner:
+		s.Partitioner = d.Partitioner
+	case PartitionerArg:
+		s.PartitionerArg = d.PartitionerArg
 	}
 }
 
@@ -291,6 +311,8 @@ func (s Set) Traits() []Trait {
 	add(s.TargetAccess != d.TargetAccess, TargetAccess, s.TargetAccess)
 	add(s.AtomicScope != d.AtomicScope, AtomicScope, s.AtomicScope)
 	add(s.PartSize != d.PartSize, PartSize, s.PartSize)
+	add(s.Partitioner != d.Partitioner, Partitioner, s.Partitioner)
+	add(s.PartitionerArg != d.PartitionerArg, PartitionerArg, s.PartitionerArg)
 	return ts
 }
 

@@ -32,6 +32,8 @@ func TestKeyNumbersAndNames(t *testing.T) {
 		{traits.TargetAccess, 12, "target_access"},
 		{traits.AtomicScope, 13, "atomic_scope"},
 		{traits.PartSize, 14, "part_size"},
+		{traits.Partitioner, 15, "partitioner"},
+		{traits.PartitionerArg, 16, "partitioner_arg"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,11 +47,14 @@ func TestKeyNumbersAndNames(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []traits.Key{0, 15, 16, 1000} {
+	for _, k := range []traits.Key{0, 17, 1000} {
 		require.Empty(t, k.Name())
 		require.Equal(t, fmt.Sprintf("Key(%d)", uintptr(k)), k.String())
 	}
-	for _, n := range []string{"", "align", "omp_atk_", "omp_atv_true", "partitioner", "sync-hint"} {
+	k, ok := traits.KeyByName("omp_atk_partioner") // as the OpenMP 6.0 header spells it
+	require.True(t, ok)
+	require.Equal(t, traits.Partitioner, k)
+	for _, n := range []string{"", "align", "omp_atk_", "omp_atv_true", "partitioners", "sync-hint"} {
 		_, ok := traits.KeyByName(n)
 		require.False(t, ok, n)
 	}
@@ -193,7 +198,9 @@ func TestFromListPerKey(t *testing.T) {
 		{"part_size 0", tr(traits.PartSize, 0), nil},
 		// unknown keys
 		{"key 0", tr(0, 1), nil},
-		{"key 15 (partitioner)", tr(15, 1), nil},
+		{"partitioner alone is ignored", tr(traits.Partitioner, 1), func(s *traits.Set) {}},
+		{"partitioner 0", tr(traits.Partitioner, 0), nil},
+		{"key 17", tr(17, 1), nil},
 		{"key 99", tr(99, traits.Default), nil},
 	}
 	for _, c := range cases {
@@ -218,7 +225,7 @@ func TestFromListPerKey(t *testing.T) {
 }
 
 func TestDefaultValueResetsEveryKey(t *testing.T) {
-	for k := traits.SyncHint; k <= traits.PartSize; k++ {
+	for k := traits.SyncHint; k <= traits.PartitionerArg; k++ {
 		s, err := traits.FromList([]traits.Trait{{Key: k, Value: traits.Default}})
 		require.NoError(t, err, "%v", k)
 		require.Equal(t, traits.Defaults(), s, "%v", k)
@@ -378,4 +385,21 @@ func ExampleFromList() {
 	// alignment=64,fallback=null_fb <nil>
 	// invalid allocator trait omp_atk_alignment=48: alignment must be a power of two
 	// true
+}
+
+func TestPartitionerTraits(t *testing.T) {
+	s, err := traits.FromList([]traits.Trait{{Key: traits.Partition, Value: traits.PartitionerValue},
+		{Key: traits.Partitioner, Value: 5}, {Key: traits.PartitionerArg, Value: 0}})
+	require.NoError(t, err)
+	require.Equal(t, traits.PartitionerValue, s.Partition)
+	require.Equal(t, uintptr(5), s.Partitioner)
+	require.Zero(t, s.PartitionerArg)
+	require.Equal(t, "partition=partitioner,partitioner=5", s.String())
+	back, err := traits.FromList(s.Traits())
+	require.NoError(t, err)
+	require.Equal(t, s, back)
+
+	_, err = traits.FromList([]traits.Trait{{Key: traits.Partition, Value: traits.PartitionerValue}})
+	require.ErrorContains(t, err, "needs an omp_atk_partitioner trait")
+	require.EqualValues(t, 23, traits.PartitionerValue)
 }

@@ -17,16 +17,16 @@ const (
 )
 
 // mbind sets mode on [p, p+n). The raw system call: no libnuma, no cgo.
-func mbind(p, n uintptr, mode Mode, nodes []int) error {
+func mbind(p, n uintptr, mode Mode, nodes []int, flags uintptr) error {
 	m := nodeMask(nodes)
 	var e syscall.Errno
 	if len(m) == 0 {
-		_, _, e = syscall.Syscall6(sysMbind, p, n, uintptr(mode), 0, 0, 0)
+		_, _, e = syscall.Syscall6(sysMbind, p, n, uintptr(mode), 0, 0, flags)
 	} else {
 		// The pointer conversion stays inside the call, where the compiler
 		// keeps m alive and in place; maxnode is one more than the bits
 		// because the kernel counts one less than it is told.
-		_, _, e = syscall.Syscall6(sysMbind, p, n, uintptr(mode), uintptr(unsafe.Pointer(&m[0])), uintptr(len(m))*64+1, 0)
+		_, _, e = syscall.Syscall6(sysMbind, p, n, uintptr(mode), uintptr(unsafe.Pointer(&m[0])), uintptr(len(m))*64+1, flags)
 	}
 	if e != 0 {
 		return e

@@ -2,7 +2,7 @@
 
 package numa
 
-func mbind(p, n uintptr, mode Mode, nodes []int) error { return ErrUnsupported }
+func mbind(p, n uintptr, mode Mode, nodes []int, flags uintptr) error { return ErrUnsupported }
 
 // GetPolicy returns ErrUnsupported on this system.
 func GetPolicy(p uintptr) (Mode, []int, error) { return 0, nil, ErrUnsupported }

@@ -165,9 +165,18 @@ func Plan(n, pageSize uintptr, s Spec, all []int) []Part {
 
 // Apply binds every part of plan, relative to p, with mbind(2). The first
 // refusal stops it and names the part, the mode and the errno.
-func Apply(p uintptr, plan []Part) error {
+func Apply(p uintptr, plan []Part) error { return apply(p, plan, 0) }
+
+// ApplyMoving is Apply for memory that may already hold pages: they are
+// moved to the policy's nodes (MPOL_MF_MOVE) rather than left where they
+// are.
+func ApplyMoving(p uintptr, plan []Part) error { return apply(p, plan, mpolMFMove) }
+
+const mpolMFMove = 1 << 1
+
+func apply(p uintptr, plan []Part, flags uintptr) error {
 	for _, pt := range plan {
-		if err := mbind(p+pt.Off, pt.Len, pt.Mode, pt.Nodes); err != nil {
+		if err := mbind(p+pt.Off, pt.Len, pt.Mode, pt.Nodes, flags); err != nil {
 			return fmt.Errorf("%w: mbind %#x+%d %v %s: %w", ErrPolicy, p+pt.Off, pt.Len, pt.Mode, FormatList(pt.Nodes), err)
 		}
 	}

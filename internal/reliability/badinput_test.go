@@ -377,7 +377,8 @@ func goAPICases() []badCase {
 		{traits.PoolSize, 0}, {traits.Fallback, 99}, {traits.Pinned, 2}, {traits.Partition, 99},
 		{traits.PinDevice, 1 << 40}, {traits.PreferredDevice, 1 << 40}, {traits.DeviceAccess, 99},
 		{traits.TargetAccess, 99}, {traits.AtomicScope, 99}, {traits.PartSize, 0},
-		{traits.Key(0), 1}, {traits.Key(15), 1}, {traits.Key(99), 1}, {traits.Key(math.MaxUint64), 1},
+		{traits.Partitioner, 0}, {traits.Partition, traits.PartitionerValue},
+		{traits.Key(0), 1}, {traits.Key(17), 1}, {traits.Key(99), 1}, {traits.Key(math.MaxUint64), 1},
 		{traits.Key(99), traits.Default},
 	}
 	for _, bt := range badTraits {

@@ -44,7 +44,12 @@ func partitionOf(v uintptr) numa.Partition {
 
 // placementOf returns where an allocator on ms with set places its memory;
 // ok false means the process's policy (the shared host heap).
+// Without memory policies (macOS: one node as far as we know) every
+// placement is the process's.
 func placementOf(ms memspace.ID, set traits.Set) (numa.Spec, bool) {
+	if !numa.Supported() {
+		return numa.Spec{}, false
+	}
 	nodes, restricted, _ := memspace.Placement(ms)
 	p := partitionOf(set.Partition)
 	if p == numa.Environment && !restricted {

@@ -284,6 +284,9 @@ func (u *partitionerUse) place(p, size uintptr) error {
 		}
 		off += pt.size
 	}
+	if !numa.Supported() {
+		return nil // one node: every part is already on it
+	}
 	if err := numa.ApplyMoving(p, plan); err != nil {
 		u.freed(p)
 		return err

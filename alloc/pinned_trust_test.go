@@ -226,3 +226,24 @@ func TestPinnedNeverFallsBackUnasked(t *testing.T) {
 	defer func() { require.NoError(t, c.Destroy()) }()
 	require.Equal(t, traits.FallbackMode(traits.DefaultMemFb), c.Traits().Fallback)
 }
+
+// Issue 9, item 6: the pinned allocator OMP_ALLOCATOR makes keeps OpenMP's
+// default_mem_fb and warns once when a failed pin first falls back.
+func TestEnvPinnedAllocatorWarnsOnFallback(t *testing.T) {
+	Trim()
+	old := SetPinnedLimit(1)
+	defer SetPinnedLimit(old)
+	a, err := fromEnv("omp_default_mem_space:pinned=true")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Destroy()) }()
+	warn := captureWarnings(t)
+	for i := 0; i < 3; i++ {
+		p, err := a.Alloc(64)
+		require.NoError(t, err)
+		require.False(t, isPinned(t, p))
+		require.NoError(t, Free(p))
+	}
+	require.Equal(t, 1, bytes.Count(warn.Bytes(), []byte("\n")), warn.String())
+	require.Contains(t, warn.String(), "OMP_ALLOCATOR")
+	require.Contains(t, warn.String(), "cannot pin memory")
+}

@@ -200,6 +200,11 @@ func TestRunSummary(t *testing.T) {
 				env, err := os.ReadFile(filepath.Join(probe, name+".env"))
 				require.NoError(t, err)
 				require.Contains(t, "\n"+string(env), "\nOMPALLOC_REAL_CUDA="+lib+"\n", "the real-driver tests use the same library")
+				if name == "alloc" {
+					require.Contains(t, "\n"+string(env), "\nOMP_DEFAULT_DEVICE=initial\n", "alloc's default device is the host")
+				} else {
+					require.NotContains(t, "\n"+string(env), "\nOMP_DEFAULT_DEVICE=initial\n", "the GPU is the default device")
+				}
 				cwd, err := os.ReadFile(filepath.Join(probe, name+".cwd"))
 				require.NoError(t, err)
 				lines := strings.Split(strings.TrimSpace(string(cwd)), "\n")

@@ -134,6 +134,7 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 		pinLimit.release(lockN)
 		return 0, err
 	}
+	adviseHuge(p, n) // before locking: the lock then faults 2 MiB pages (numa.go)
 	d, err := target.Get(s.dev)
 	if err == nil {
 		err = fault.Check(fault.PinLock)

@@ -26,6 +26,10 @@ Measures, on this machine, what deciding whether to pin needs:
                 host device (mlock) and, with a GPU, the GPU's driver
   lock_regions  with N ranges locked: lock+unlock of a contained sub-range
                 (a registry hit) and a registry lookup
+  partition_alloc_free  alloc+free of 64 B on allocators with partition
+                environment, nearest, blocked, interleaved (mbind per chunk)
+  pin_huge      map+mlock+munlock+unmap of 1 GiB (the largest --sizes when
+                given) with 4 KiB pages and with MADV_HUGEPAGE first
   h2d, d2h      with a GPU: copy bandwidth against size (4 KiB .. 1 GiB) from
                 pageable, pinned-allocated and registered host memory and,
                 on CUDA, the driver's own peak (cuMemAllocHost memory,
@@ -239,7 +243,8 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		Results: []BenchResult{}, Skipped: []BenchSkip{},
 	}
 	var sections []*benchSection
-	sections = append(sections, allocSection(c), goroutinesSection(), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c))
+	sections = append(sections, allocSection(c), goroutinesSection(), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
+		partitionSection(), pinHugeSection(c))
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name}

@@ -26,6 +26,8 @@ var groups = []groupInfo{
 	{name: "block_memory", bytes: true, title: "resident memory per block, up to 1,000,000 live (every byte written; the pointer array not counted)"},
 	{name: "lock_size", title: "lock+unlock of a range not yet locked (time per pair; a driver call each)"},
 	{name: "lock_regions", title: "with N regions locked: lock+unlock of a contained sub-range, and a lookup", byRegions: true},
+	{name: "partition_alloc_free", title: "alloc+free of 64 B on allocators with each partition trait (mbind per chunk: all should cost the same)"},
+	{name: "pin_huge", title: "pin a large region: map, mlock, munlock, unmap, with 4 KiB pages and with MADV_HUGEPAGE first"},
 	{name: "h2d", title: "host→device copy bandwidth (in brackets: of the driver peak, same size, this run)", bandwidth: true},
 	{name: "d2h", title: "device→host copy bandwidth (in brackets: of the driver peak)", bandwidth: true},
 	{name: "small_copy", title: "small host→device copy on a queue: submit + synchronize"},

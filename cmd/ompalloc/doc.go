@@ -55,6 +55,10 @@
 //	              (mlock) and, with a GPU, through its driver: each pair is a driver call
 //	lock_regions  with 100 / 10,000 / 100,000 small ranges locked: lock+unlock of a
 //	              contained sub-range (a registry hit) and a lookup
+//	partition_alloc_free  alloc+free of 64 B on allocators with each partition trait
+//	              (environment, nearest, blocked, interleaved): the same cost, policy per chunk
+//	pin_huge      pinning 1 GiB (the largest --sizes when given): map, mlock, munlock,
+//	              unmap, with 4 KiB pages ("4k") and with MADV_HUGEPAGE first ("thp")
 //	h2d, d2h      with a GPU: synchronous copy bandwidth, 4 KiB .. 1 GiB, from pageable,
 //	              pinned-allocated and registered (LockMem) host memory and, on CUDA,
 //	              the driver's own peak: a cuMemAllocHost buffer copied with

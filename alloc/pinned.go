@@ -3,15 +3,12 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/loader"
@@ -267,7 +264,7 @@ func (l *limit) init() {
 			if x, err := parseSize(v); err == nil {
 				n = int64(x)
 			} else {
-				fmt.Fprintf(warnOut, "ompalloc: warning: %s: %v; using the default limit of %d bytes\n", PinnedLimitEnv, err, n)
+				fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %v; using the default limit of %d bytes\n", PinnedLimitEnv, v, err, n)
 			}
 		}
 		l.max.Store(n)
@@ -299,34 +296,10 @@ func PinnedLimit() (max, used uintptr) {
 	return uintptr(pinLimit.max.Load()), uintptr(pinLimit.used.Load())
 }
 
+// parseSize reads a size as every OMPALLOC_* variable does (internal/envsize).
 func parseSize(v string) (uintptr, error) {
-	t := strings.TrimSpace(strings.ToUpper(v))
-	mult, digits := uint64(1), t
-	if n := len(t); n > 0 {
-		// One suffix at most, the last character: "1KM" is junk, not 1 GiB.
-		switch t[n-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			digits = t[:n-1]
-		}
-	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size (decimal bytes, or with one suffix K, M, G or T): %w", v, err)
-	}
-	hi, lo := bits.Mul64(n, mult)
-	if hi != 0 || uint64(uintptr(lo)) != lo || lo > math.MaxInt64 {
-		return 0, fmt.Errorf("%q overflows (more than %d bytes)", v, int64(math.MaxInt64))
-	}
-	return uintptr(lo), nil
+	n, err := envsize.Parse(v)
+	return uintptr(n), err
 }
 
 var pinStats struct {

@@ -59,7 +59,7 @@ func TestPoolSizeOnTargetMemspaces(t *testing.T) {
 func TestPinnedLimitParsing(t *testing.T) {
 	good := map[string]uintptr{
 		"0": 0, "4096": 4096, " 64k ": 64 << 10, "1M": 1 << 20, "3G": 3 << 30, "2t": 2 << 40,
-		"8388607T": 8388607 << 40,
+		"8388607T": 8388607 << 40, "12KB": 12 << 10, "1 G": 1 << 30, "4MiB": 4 << 20,
 	}
 	for in, want := range good {
 		for i := 0; i < 20; i++ { // once parsed by map iteration order: same answer every time
@@ -68,7 +68,7 @@ func TestPinnedLimitParsing(t *testing.T) {
 			require.Equal(t, want, got, in)
 		}
 	}
-	for _, in := range []string{"16777216T", "18446744073709551616", "9223372036854775808", "1KM", "1MK", "K", "", "-1", "1.5G", "1 G", "0x10", "12KB"} {
+	for _, in := range []string{"16777216T", "18446744073709551616", "9223372036854775808", "1KM", "1MK", "K", "", "-1", "1.5G", "0x10", "1 2K", "4iB", "banana"} {
 		_, err := parseSize(in)
 		require.Error(t, err, "%q", in)
 	}

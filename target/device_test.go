@@ -149,12 +149,12 @@ func TestStagingEnvironment(t *testing.T) {
 }
 
 func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]uintptr{"0": 0, "65536": 65536, "64K": 64 << 10, "64KiB": 64 << 10, "4m": 4 << 20, "1G": 1 << 30, " 2 KB ": 2048} {
+	for in, want := range map[string]uintptr{"0": 0, "65536": 65536, "64K": 64 << 10, "64KiB": 64 << 10, "4m": 4 << 20, "1G": 1 << 30, " 2 KB ": 2048, "1T": 1 << 40} {
 		got, err := parseBytes(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 	}
-	for _, in := range []string{"", "-1", "K", "1T", "1.5M"} {
+	for _, in := range []string{"", "-1", "K", "1.5M", "lots"} {
 		_, err := parseBytes(in)
 		require.Error(t, err, in)
 	}

@@ -6,15 +6,17 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // Environment variables read at discovery.
 const (
 	// EnvStagingThreshold overrides StagingConfig.Threshold (bytes, or with
-	// a K, M or G suffix; 0 turns staging off).
+	// a K, M, G or T suffix; 0 turns staging off).
 	EnvStagingThreshold = "OMPALLOC_STAGING_THRESHOLD"
-	// EnvStagingPool overrides StagingConfig.MaxPoolBytes.
+	// EnvStagingPool overrides StagingConfig.MaxPoolBytes (a size, as
+	// EnvStagingThreshold).
 	EnvStagingPool = "OMPALLOC_STAGING_POOL"
 	// EnvLockMapped is LLVM's switch for locking host buffers while they are
 	// transferred: off (default), on (failures ignored), mandatory.
@@ -28,7 +30,7 @@ const (
 var warnOut = os.Stderr
 
 func warnEnv(name, value, why, using string) {
-	fmt.Fprintf(warnOut, "ompalloc: %s=%q: %s; using %s\n", name, value, why, using)
+	fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %s; using %s\n", name, value, why, using)
 }
 
 func readEnv() (StagingConfig, pinned.MapMode) {
@@ -77,25 +79,8 @@ func defaultDevice(initial int) int {
 	return n
 }
 
-// parseBytes reads "65536", "64K", "4M", "1G" (powers of 1024).
+// parseBytes reads a size as every OMPALLOC_* variable does (internal/envsize).
 func parseBytes(s string) (uintptr, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	shift := 0
-	switch {
-	case strings.HasSuffix(t, "K"):
-		shift = 10
-	case strings.HasSuffix(t, "M"):
-		shift = 20
-	case strings.HasSuffix(t, "G"):
-		shift = 30
-	}
-	if shift > 0 {
-		t = t[:len(t)-1]
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(t), 10, 64)
-	if err != nil || n > uint64(^uintptr(0))>>shift {
-		return 0, fmt.Errorf("not a size in bytes (like 65536 or 64K)")
-	}
-	return uintptr(n << shift), nil
+	n, err := envsize.Parse(s)
+	return uintptr(n), err
 }

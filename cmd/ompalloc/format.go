@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/ompalloc/ompalloc/internal/envsize"
 )
 
 // fmtBytes writes n with binary units: "64 B", "4 KiB", "1.5 GiB".
@@ -61,30 +63,14 @@ func sig3(v float64) string {
 // parseSize reads a byte count: "4096", "4K", "4KiB", "64M", "1G", "512B".
 // The units are powers of 1024.
 func parseSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(t, "IB")
-	t = strings.TrimSuffix(t, "B")
-	shift := 0
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			shift = 10
-		case 'M':
-			shift = 20
-		case 'G':
-			shift = 30
-		case 'T':
-			shift = 40
-		}
+	n, err := envsize.Parse(s) // the rule of the OMPALLOC_* sizes
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, err)
 	}
-	if shift > 0 {
-		t = strings.TrimSpace(t[:len(t)-1])
+	if n == 0 {
+		return 0, fmt.Errorf("%q is not a size here: it must be at least 1 byte", s)
 	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
-		return 0, fmt.Errorf("%q is not a size in bytes (like 64, 4K or 1MiB)", s)
-	}
-	return n << shift, nil
+	return int64(n), nil
 }
 
 // parseList reads a comma-separated list with parse.

@@ -1,0 +1,39 @@
+package target
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Issue 10, item 5: every warning about the environment starts with
+// "ompalloc: warning:", and a size that does not parse says what is
+// accepted, not strconv's words.
+func TestEnvWarningsSpeakWithOneVoice(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		says        []string
+	}{
+		{EnvDefaultDevice, "99", []string{"not a device number in 0..2", "using 0"}},
+		{EnvStagingThreshold, "banana", []string{`="banana": not a size: give bytes, or a number with one suffix K, M, G or T`}},
+		{EnvStagingPool, "16777216T", []string{`="16777216T": too large`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			warned := captureWarnings(t)
+			withPlugins(t, &fakePlugin{name: "f", impls: []plugin.Impl{newFake("a", 0), newFake("b", 0)}})
+			_, err := Get(0)
+			require.NoError(t, err)
+			w := warned()
+			require.Equal(t, 1, strings.Count(w, "\n"), "one line: %q", w)
+			require.True(t, strings.HasPrefix(w, "ompalloc: warning: "+tc.name+"="), "%q", w)
+			for _, s := range tc.says {
+				require.Contains(t, w, s)
+			}
+			require.NotContains(t, w, "strconv")
+		})
+	}
+}

@@ -337,7 +337,7 @@ func TestStats(t *testing.T) {
 	require.Equal(t, uint64(100), st.Allocs)
 	require.Equal(t, int64(100), st.BlocksLive)
 	require.Equal(t, int64(100*1000), st.BytesLive)
-	require.GreaterOrEqual(t, st.FootprintLive, int64(100*1016))
+	require.GreaterOrEqual(t, st.FootprintLive, int64(100*1008)) // size + the 8-byte header, rounded to 16
 	require.GreaterOrEqual(t, st.PeakBytes, int64(100*1000))
 	for _, p := range ps {
 		require.NoError(t, Free(p))
@@ -493,8 +493,8 @@ func TestReallocInPlace(t *testing.T) {
 		into     *Allocator // nil: the block's own
 		inPlace  bool
 	}{
-		{"small grows within its class", Default(), 100, 110, nil, true},
-		{"small shrinks within its class", Default(), 110, 100, nil, true},
+		{"small grows within its class", Default(), 100, 104, nil, true},
+		{"small shrinks within its class", Default(), 104, 100, nil, true},
 		{"small grows past its class", Default(), 100, 200, nil, false},
 		{"small shrinks to a smaller class", Default(), 1000, 16, nil, false},
 		{"medium grows within its pages", Default(), 100 << 10, 120 << 10, nil, true},
@@ -528,4 +528,36 @@ func TestReallocInPlace(t *testing.T) {
 		})
 	}
 	require.Zero(t, pool.Stats().PoolUsed)
+}
+
+// TestHandleLimit: handles stop at 65535 (a small block's header keeps its
+// owner in 16 bits): past it New says so, and freed handles are still
+// reused.
+func TestHandleLimit(t *testing.T) {
+	initOnce.Do(initPredefined)
+	tableMu.Lock()
+	saved, savedFree := nextID, freeIDs
+	nextID, freeIDs = maxHandle+1, nil
+	tableMu.Unlock()
+	t.Cleanup(func() {
+		tableMu.Lock()
+		nextID, freeIDs = saved, append(savedFree, freeIDs...)
+		tableMu.Unlock()
+	})
+	_, err := New(memspace.Default)
+	require.ErrorIs(t, err, ErrNotSupported)
+	require.ErrorContains(t, err, "too many allocators")
+	tableMu.Lock()
+	freeIDs = append(freeIDs, maxHandle)
+	tableMu.Unlock()
+	a, err := New(memspace.Default)
+	require.NoError(t, err)
+	require.Equal(t, maxHandle, a.Handle())
+	p, err := a.Alloc(100) // a small block: the owner fits its header
+	require.NoError(t, err)
+	o, err := Owner(p)
+	require.NoError(t, err)
+	require.Same(t, a, o)
+	require.NoError(t, Free(p))
+	require.NoError(t, a.Destroy())
 }

@@ -33,6 +33,9 @@ const (
 	TargetSharedMem    Handle = 101
 	TargetDeviceMem    Handle = 102
 	firstRuntimeHandle Handle = 1024
+	// maxHandle is the largest handle: a small block's 8-byte header keeps
+	// its owner in 16 bits.
+	maxHandle Handle = 1<<16 - 1
 )
 
 // Interface is what a library that embeds ompalloc needs of an allocator;
@@ -330,6 +333,8 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	h := nextID
 	if n := len(freeIDs); n > 0 {
 		h, freeIDs = freeIDs[n-1], freeIDs[:n-1]
+	} else if h > maxHandle {
+		return nil, fmt.Errorf("%w: too many allocators: %d exist; destroy some first", ErrNotSupported, maxHandle-firstRuntimeHandle+1)
 	} else {
 		nextID++
 	}

@@ -97,7 +97,7 @@ func TestInspect(t *testing.T) {
 
 func TestResize(t *testing.T) {
 	a := mustNew(t, memspace.Default)
-	xs, err := Make[int32](a, 10)
+	xs, err := Make[int32](a, 11) // 44 bytes + the header: a 64-byte slot, room to grow
 	require.NoError(t, err)
 	for i := range xs {
 		xs[i] = int32(i + 1)
@@ -105,23 +105,23 @@ func TestResize(t *testing.T) {
 	info, err := InspectSlice(xs)
 	require.NoError(t, err)
 	inPlace := int(info.Room / 4)
-	require.Greater(t, inPlace, 10)
+	require.Greater(t, inPlace, 11)
 
 	ys, err := Resize(a, xs, inPlace)
 	require.NoError(t, err)
 	require.Equal(t, addr(xs), addr(ys), "grown where it lies")
 	require.Len(t, ys, inPlace)
 	require.Equal(t, inPlace, cap(ys))
-	require.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, ys[:10])
-	require.Equal(t, make([]int32, inPlace-10), ys[10:])
+	require.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, ys[:11])
+	require.Equal(t, make([]int32, inPlace-11), ys[11:])
 	require.Equal(t, int64(inPlace*4), a.Stats().BytesLive)
 
 	zs, err := Resize(a, ys, 100000) // no room: a new block
 	require.NoError(t, err)
 	require.NotEqual(t, addr(ys), addr(zs))
 	require.Len(t, zs, 100000)
-	require.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, zs[:10])
-	require.Equal(t, make([]int32, 100000-10), zs[10:])
+	require.Equal(t, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, zs[:11])
+	require.Equal(t, make([]int32, 100000-11), zs[11:])
 	st := a.Stats()
 	require.Equal(t, int64(1), st.BlocksLive)
 	require.Equal(t, int64(400000), st.BytesLive)

@@ -62,3 +62,18 @@ func TestCallocFreshNotCleared(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnerFitsHeader: a small block's header keeps the owner in 16 bits;
+// a larger owner is refused, not truncated (large blocks keep 32).
+func TestOwnerFitsHeader(t *testing.T) {
+	h := newTestHeap(t)
+	_, _, err := h.Alloc(64, 16, maxOwner+1, false)
+	require.ErrorIs(t, err, ErrTooLarge)
+	p, _, err := h.Alloc(64, 16, maxOwner, false)
+	require.NoError(t, err)
+	b, err := Free(p)
+	require.NoError(t, err)
+	require.Equal(t, uint32(maxOwner), b.Owner)
+	require.Equal(t, uintptr(64), b.Size)
+	require.Equal(t, uintptr(80), b.Footprint, "64 bytes + the 8-byte header, rounded to 16")
+}

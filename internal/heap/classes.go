@@ -2,21 +2,23 @@ package heap
 
 import "slices"
 
-// Size classes for small blocks. A slot holds the 16-byte header, any
-// alignment padding and the user's bytes. Classes are 16-byte steps up to
-// 128, then four steps per power of two (at most 25% waste, 12.5% typical),
-// plus one class of each power of two from 256 to 16 KiB plus the header,
-// so that a power-of-two request (the commonest buffer size) costs its size
-// and 16 bytes, as in glibc, instead of the next step. Every other class
-// from 256 up is a multiple of 64, so 64-byte aligned requests (the common
-// cache-line case) fit the same classes.
+// Size classes for small blocks. A slot holds the 8-byte header, any
+// alignment padding and the user's bytes; slots start 8 bytes past a 16-byte
+// boundary, so that the user pointer after the header is 16-aligned.
+// Classes are 16-byte steps up to 1 KiB (a block costs its size plus the
+// header rounded to 16, as in glibc), then four steps per power of two (at
+// most 25% waste, 12.5% typical), plus one class of each power of two from
+// 1 KiB to 16 KiB plus 16, so that a power-of-two request (the commonest
+// buffer size) costs its size and 16 bytes, as in glibc, instead of the next
+// step.
 const (
 	minAlign   = 16
-	hdrSize    = 16
-	maxSmall   = 32 << 10    // largest slot size
-	numClasses = 8 + 4*8 + 7 // 16..128, 4 per doubling up to 32 KiB, 256+16..16 KiB+16
-	divShift   = 40          // exact for offsets below 2^40/32 KiB = 32 MiB
-	maxSpanPgs = 16          // pages a small span may take to waste little of its tail
+	hdrSize    = 8            // small blocks' header; also where slots start past a 16-byte boundary
+	descSize   = 16           // what a large block's footprint counts for its descriptor (in its span)
+	maxSmall   = 32 << 10     // largest slot size
+	numClasses = 64 + 4*5 + 5 // 16..1024 by 16, 4 per doubling up to 32 KiB, 1 KiB+16..16 KiB+16
+	divShift   = 40           // exact for offsets below 2^40/32 KiB = 32 MiB
+	maxSpanPgs = 16           // pages a small span may take to waste little of its tail
 )
 
 var (
@@ -33,17 +35,17 @@ var (
 
 func init() {
 	var sizes []uintptr
-	for s := uintptr(16); s <= 128; s += 16 {
+	for s := uintptr(16); s <= 1024; s += 16 {
 		sizes = append(sizes, s)
 	}
-	for base := uintptr(128); base < maxSmall; base *= 2 {
+	for base := uintptr(1024); base < maxSmall; base *= 2 {
 		step := base / 4
 		for k := uintptr(1); k <= 4; k++ {
 			sizes = append(sizes, base+k*step)
 		}
 	}
-	for p := uintptr(256); p <= 16<<10; p *= 2 {
-		sizes = append(sizes, p+hdrSize)
+	for p := uintptr(1024); p <= 16<<10; p *= 2 {
+		sizes = append(sizes, p+16)
 	}
 	slices.Sort(sizes)
 	if len(sizes) != numClasses || sizes[numClasses-1] != maxSmall {
@@ -64,16 +66,18 @@ func init() {
 	}
 }
 
-// spanPages picks the pages of a span of slot size s: at least 8 slots, and
+// spanPages picks the pages of a span of slot size s: from the least below,
 // the fewest pages (up to maxSpanPgs) whose unusable tail costs each slot at
 // most a byte, else the count with the least tail per slot. (A 4112-byte
 // slot takes 15 pages: with fewer, the tail would add up to 257 bytes to
 // each 4 KiB block.)
 func spanPages(s uintptr) uintptr {
-	least := (8*s + pageSize - 1) / pageSize
+	// At least 8 slots, and 256 where 4 pages hold them: the span's own
+	// bookkeeping (a Go struct) is then a fraction of a byte per block.
+	least := max((8*s+pageSize-1)/pageSize, min((256*s+pageSize-1)/pageSize, 4))
 	best, bestWaste := least, ^uintptr(0)
 	for n := least; n <= max(least, maxSpanPgs); n++ {
-		bytes := n * pageSize
+		bytes := n*pageSize - hdrSize // the first slot starts hdrSize in
 		perSlot := bytes % s / (bytes / s)
 		if perSlot <= 1 {
 			return n
@@ -83,6 +87,17 @@ func spanPages(s uintptr) uintptr {
 		}
 	}
 	return best
+}
+
+// offFor is where the user pointer sits in a slot for alignment align (a
+// power of two ≥ 16): right after the header, or, aligned further, at the
+// first align boundary, which is align-8 into a slot since slots start 8
+// past one (and classFor picks classes that are multiples of align).
+func offFor(align uintptr) uintptr {
+	if align <= minAlign {
+		return hdrSize
+	}
+	return align - hdrSize
 }
 
 // classFor returns the smallest class whose slots hold need bytes and are

@@ -65,25 +65,32 @@ type Block struct {
 	Footprint uintptr // bytes of the heap it occupies (slot, pages or region)
 }
 
-// header sits just before every small block's user pointer. Large blocks
-// keep the same facts in their span instead, so they have no header.
+// header sits just before every small block's user pointer: 8 bytes, so
+// that a block costs no more than in glibc. Large blocks keep the same facts
+// in their span instead, so they have no header.
 type header struct {
-	magic uint32 // written plainly when the block is handed out, swapped atomically by Free
-	owner uint32
-	size  uint32 // requested size (small blocks are < 4 GiB)
-	off   uint32 // user pointer - slot start
+	// tag is the state (magic, high half) and the user pointer's offset in
+	// its slot (low half): written plainly when the block is handed out,
+	// swapped atomically by Free, whose one compare-and-swap checks both.
+	tag  uint32
+	meta uint32 // owner (high half) and requested size (low half; slots are ≤ 32 KiB)
 }
 
 const (
-	magicLive = 0x4f4d5041 // "APMO"
-	magicFree = 0x4f4d5046 // "FPMO"
+	magicLive = 0x4f41 // "AO"
+	magicFree = 0x4f46 // "FO"
+	maxOwner  = 1<<16 - 1
 )
 
-func hdr(p uintptr) *header { return (*header)(cmem.Ptr(p - hdrSize)) }
+func hdr(p uintptr) *header                { return (*header)(cmem.Ptr(p - hdrSize)) }
+func tag(magic uint32, off uintptr) uint32 { return magic<<16 | uint32(off) }
+func (hd *header) owner() uint32           { return hd.meta >> 16 }
+func (hd *header) size() uintptr           { return uintptr(hd.meta & 0xffff) }
+func (hd *header) setSize(n uintptr)       { hd.meta = hd.meta&^0xffff | uint32(n) }
 
-// A freed slot links to the next through its second word (the header's
-// size/off fields when the user pointer is 16 bytes in, padding otherwise),
-// so the header's magic keeps saying "free".
+// A freed slot links to the next through its second word (the first user
+// word when the user pointer is 8 bytes in, padding otherwise), so the
+// header's magic keeps saying "free".
 func link(slot uintptr) uintptr        { return *(*uintptr)(cmem.Ptr(slot + 8)) }
 func setLink(slot, next uintptr)       { *(*uintptr)(cmem.Ptr(slot + 8)) = next }
 func roundUp(n, to uintptr) uintptr    { return (n + to - 1) &^ (to - 1) }
@@ -219,8 +226,11 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	if size > maxAlloc || align > maxAlloc {
 		return 0, 0, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
 	}
-	off := max(hdrSize, align)
+	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
+	if c >= 0 && owner > maxOwner {
+		return 0, 0, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
+	}
 	if c < 0 {
 		return h.allocLarge(size, align, owner, zero, t)
 	}
@@ -260,9 +270,12 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 		*(*uint32)(cmem.Ptr(slot)) = usedMark
 	}
 	hd := hdr(p)
-	hd.owner, hd.size, hd.off, hd.magic = owner, uint32(size), uint32(off), magicLive
+	hd.meta, hd.tag = owner<<16|uint32(size), tag(magicLive, off)
 	if clear {
 		zeroBlock(p, size)
+	} else if zero && off == hdrSize {
+		// Never used, but a free list ran through its first word.
+		cmem.Zero(p, min(size, 8))
 	}
 	return p, footprint, nil
 }
@@ -287,16 +300,17 @@ func Free(p uintptr) (Block, error) {
 	}
 	// The common case inline: p is 16-aligned at its slot's recorded offset
 	// and wins the CAS live → free. Anything else, checkSmall explains.
-	slot := s.base + uintptr(uint64(p-s.base)*s.divMul>>divShift)*s.size
+	first := s.base + hdrSize
+	slot := first + uintptr(uint64(p-first)*s.divMul>>divShift)*s.size
 	hd := hdr(p)
-	if p%minAlign != 0 || p-slot < hdrSize || uintptr(hd.off) != p-slot ||
-		!atomic.CompareAndSwapUint32(&hd.magic, magicLive, magicFree) {
+	if p%minAlign != 0 || p < first || p-slot < hdrSize ||
+		!atomic.CompareAndSwapUint32(&hd.tag, tag(magicLive, p-slot), tag(magicFree, p-slot)) {
 		if _, err := checkSmall(s, p); err != nil {
 			return Block{}, err
 		}
 		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p) // a racing free won the CAS
 	}
-	b := Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}
+	b := Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}
 	h.freeSlot(s.class, slot, b)
 	return b, nil
 }
@@ -320,14 +334,14 @@ func Inspect(p uintptr) (Block, error) {
 			return Block{}, err
 		}
 		hd := hdr(p)
-		return Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}, nil
+		return Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}, nil
 	case spanLarge:
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if p != s.base {
 			return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 		}
-		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}, nil
+		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}, nil
 	}
 	return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 }
@@ -345,8 +359,8 @@ func Footprint(size, align uintptr) uintptr {
 	if align < minAlign {
 		align = minAlign
 	}
-	if c := classFor(max(size, 1)+max(hdrSize, align), align); c >= 0 {
+	if c := classFor(max(size, 1)+offFor(align), align); c >= 0 {
 		return classSize[c]
 	}
-	return roundUp(max(size, 1), pageSize) + hdrSize
+	return roundUp(max(size, 1), pageSize) + descSize
 }

@@ -26,13 +26,13 @@ func newTestHeap(t testing.TB) *Heap {
 func TestClassTable(t *testing.T) {
 	for c := 1; c < numClasses; c++ {
 		require.Greater(t, classSize[c], classSize[c-1])
-		if s := classSize[c]; s >= 256 && (s-hdrSize)&(s-hdrSize-1) != 0 { // all but the power-of-two + header classes
-			require.Zero(t, s%64, "class %d", s)
+		if s := classSize[c]; s > 1024 && (s-16)&(s-17) != 0 { // above the 16-byte steps, all but the power-of-two + 16 classes
+			require.Zero(t, s%256, "class %d", s)
 		}
 		require.LessOrEqual(t, classPages[c], uintptr(maxSpanPgs))
 		span := classPages[c] * pageSize
-		if classSize[c] <= 4096+hdrSize {
-			require.LessOrEqual(t, span%classSize[c]/(span/classSize[c]), uintptr(1), "class %d: tail per slot", classSize[c])
+		if classSize[c] <= 4096+16 {
+			require.LessOrEqual(t, span%classSize[c]/(span/classSize[c]), uintptr(4), "class %d: tail per slot", classSize[c])
 		}
 		if classSize[c-1] >= 128 {
 			require.LessOrEqual(t, float64(classSize[c])/float64(classSize[c-1]), 1.25+1e-9)
@@ -40,7 +40,7 @@ func TestClassTable(t *testing.T) {
 	}
 	for _, tc := range []struct{ need, align, want uintptr }{
 		{80, 16, 80}, {81, 16, 96}, {128, 64, 128}, {129, 64, 192}, {32 << 10, 16, 32 << 10}, {8192 + 16, 4096, 12288},
-		{4096 + 16, 16, 4112}, {4096 + 17, 16, 5120}, {4096 + 64, 64, 5120}, {1024 + 16, 16, 1040}, {256 + 16, 16, 272}, {257, 16, 272},
+		{4096 + 16, 16, 4112}, {4096 + 17, 16, 5120}, {4096 + 64, 64, 5120}, {1024 + 16, 16, 1040}, {1024 + 8, 16, 1040}, {1000 + 8, 16, 1008}, {100 + 8, 16, 112}, {256 + 16, 16, 272}, {257, 16, 272},
 	} {
 		c := classFor(tc.need, tc.align)
 		require.GreaterOrEqual(t, c, 0)
@@ -344,11 +344,11 @@ func TestRetainedHugeReuse(t *testing.T) {
 // a pointer there is inside a live block, not a double free.
 func TestInteriorPointerOverStaleHeader(t *testing.T) {
 	h := newTestHeap(t)
-	p, _, err := h.Alloc(48, 64, 1, false) // slot of 128, user pointer at +64
+	p, _, err := h.Alloc(48, 64, 1, false) // slot of 128, user pointer at +56
 	require.NoError(t, err)
 	_, err = Free(p)
 	require.NoError(t, err)
-	q, _, err := h.Alloc(100, 16, 1, false) // the same slot, user pointer at +16
+	q, _, err := h.Alloc(120, 16, 1, false) // the same slot, user pointer at +8
 	require.NoError(t, err)
 	require.Equal(t, p-48, q, "the slot is reused")
 	_, err = Free(p)

@@ -119,7 +119,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			if zero {
 				zeroBlock(s.base, size)
 			}
-			return s.base, foot + hdrSize, true, nil
+			return s.base, foot + descSize, true, nil
 		}
 	}
 	h.mu.Lock()
@@ -135,7 +135,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			if zero {
 				zeroBlock(s.base, size)
 			}
-			return s.base, foot + hdrSize, false, nil
+			return s.base, foot + descSize, false, nil
 		}
 		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
 		if err != nil {
@@ -151,7 +151,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		if zero && !fresh {
 			zeroBlock(s.base, size)
 		}
-		return s.base, foot + hdrSize, false, nil
+		return s.base, foot + descSize, false, nil
 	}
 	s, fresh := h.reuseHuge(foot, align)
 	h.mu.Unlock()
@@ -175,7 +175,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	if zero && !fresh {
 		zeroBlock(s.base, size)
 	}
-	return s.base, s.size + hdrSize, false, nil
+	return s.base, s.size + descSize, false, nil
 }
 
 // maxSpare bounds the bytes of freed medium spans a heap keeps whole.
@@ -247,7 +247,7 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 		}
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}
+	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
 	t := tallyOf(b.Owner)
 	if ch.huge == nil && h.cacheSpan(s, b, t) {
 		return b, nil
@@ -338,12 +338,12 @@ func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
 	}
 	counted, sample := t == nil, false
 	if s != nil && !counted {
-		counted, sample = t.countPinned(pid, true, int64(size), int64(s.size+hdrSize))
+		counted, sample = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
 	}
 	pc.guard.Unlock()
 	pcpu.Unpin()
 	if s != nil && !counted {
-		t.CountAlloc(int64(size), int64(s.size+hdrSize))
+		t.CountAlloc(int64(size), int64(s.size+descSize))
 	} else if sample {
 		t.SamplePeak()
 	}

@@ -28,14 +28,14 @@ func Room(p uintptr) (Block, uintptr, error) {
 			return Block{}, 0, err
 		}
 		hd := hdr(p)
-		return Block{Heap: h, Owner: hd.owner, Size: uintptr(hd.size), Footprint: s.size}, slot + s.size - p, nil
+		return Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}, slot + s.size - p, nil
 	case spanLarge:
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if p != s.base || s.state.Load() != spanLarge {
 			return Block{}, 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 		}
-		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + hdrSize}, s.size, nil
+		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}, s.size, nil
 	}
 	return Block{}, 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 }
@@ -58,7 +58,7 @@ func Resize(p, size uintptr) (old Block, ok bool, err error) {
 		s = ch.pages[(p-ch.base)>>pageShift].Load()
 	}
 	if s.state.Load() == spanSmall {
-		hdr(p).size = uint32(size) // room < 4 MiB: small blocks live in chunks
+		hdr(p).setSize(size) // room < 32 KiB: small blocks' slots
 		return old, true, nil
 	}
 	h.mu.Lock()
@@ -94,15 +94,15 @@ func ResizeInClass(p, size, align uintptr) (old Block, ok bool, err error) {
 	}
 	if s.state.Load() == spanSmall {
 		hd := hdr(p)
-		off := uintptr(hd.off)
+		off := uintptr(hd.tag & 0xffff)
 		// It must fit after its offset, and a fresh block would be of this
 		// class (a shrink to a smaller class moves, to give the slot back).
-		if off+size > s.size || classFor(size+max(hdrSize, align), align) != s.class {
+		if off+size > s.size || classFor(size+offFor(align), align) != s.class {
 			return old, false, nil
 		}
-		hd.size = uint32(size)
+		hd.setSize(size)
 	} else {
-		if classFor(max(size, 1)+max(hdrSize, align), align) >= 0 {
+		if classFor(max(size, 1)+offFor(align), align) >= 0 {
 			return old, false, nil // would be a small block
 		}
 		foot := roundUp(size, pageSize)

@@ -103,9 +103,9 @@ func (h *Heap) newSmallSpan(c int) (*span, error) {
 	}
 	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c], divMul: classDivMul[c]}
 	s.zeroed = fresh
-	s.nslots = uint32(np * pageSize / s.size)
+	s.nslots = uint32((np*pageSize - hdrSize) / s.size)
 	s.nfree = s.nslots
-	s.fresh = s.base
+	s.fresh = s.base + hdrSize // slots start 8 past a 16-byte boundary
 	s.state.Store(spanSmall)
 	for i := first; i < first+np; i++ {
 		ch.pages[i].Store(s)
@@ -166,15 +166,20 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
-	rel := uint64(p - s.base) // < 1 MiB: p is in one of the span's pages
-	slot = s.base + uintptr(rel*s.divMul>>divShift)*s.size
+	first := s.base + hdrSize
+	if p < first {
+		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	}
+	rel := uint64(p - first) // < 1 MiB: p is in one of the span's pages
+	slot = first + uintptr(rel*s.divMul>>divShift)*s.size
 	off := p - slot
 	if off < hdrSize {
 		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	hd := hdr(p)
-	m := atomic.LoadUint32(&hd.magic)
-	if m == magicLive && uintptr(hd.off) == off {
+	t := atomic.LoadUint32(&hd.tag)
+	m := t >> 16
+	if t == tag(magicLive, off) {
 		return slot, nil
 	}
 	// Not a live block's start. A slot reused at a smaller offset keeps the
@@ -188,11 +193,12 @@ func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
 }
 
 // liveBefore reports whether a live block of the slot starts before p. A
-// block starts at an offset of 16 or a larger power of two (its alignment).
+// block starts at offset 8 or at its alignment less 8 (offFor: 24, 56, ...).
 // Only error paths call it.
 func liveBefore(slot, p uintptr) bool {
-	for off := uintptr(hdrSize); slot+off < p; off *= 2 {
-		if hd := hdr(slot + off); atomic.LoadUint32(&hd.magic) == magicLive && uintptr(hd.off) == off {
+	for align := uintptr(minAlign); slot+offFor(align) < p; align *= 2 {
+		off := offFor(align)
+		if atomic.LoadUint32(&hdr(slot+off).tag) == tag(magicLive, off) {
 			return true
 		}
 	}
@@ -254,7 +260,7 @@ func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
 }
 
 // usedMark is written in the first word of a slot handed out at an offset
-// above 16 (where that word is padding; at offset 16 the header's magic is
+// above 8 (where that word is padding; at offset 8 the header's tag is
 // there), so that a zero first word means the slot was never handed out.
 const usedMark = 0x4f4d5055 // "UPMO"
 

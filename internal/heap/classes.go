@@ -24,7 +24,10 @@ const (
 var (
 	classSize  [numClasses]uintptr
 	classPages [numClasses]uintptr // pages per span of the class
-	classCap   [numClasses]int32   // per-P cache capacity (slots)
+	// classMinPages: the fewest pages a span may have (8 slots), used when
+	// classPages cannot be had
+	classMinPages [numClasses]uintptr
+	classCap      [numClasses]int32 // per-P cache capacity (slots)
 	// classDivMul[c] turns a division by classSize[c] into a multiply:
 	// o/size == o*m>>divShift for every offset o within a span of the class
 	// (checked by TestClassDivMul); a divide costs several times more on
@@ -61,6 +64,7 @@ func init() {
 	}
 	for c, s := range classSize {
 		classPages[c] = spanPages(s)
+		classMinPages[c] = (8*s + hdrSize + pageSize - 1) / pageSize
 		classCap[c] = int32(min(256, max(8, 32<<10/s)))
 		classDivMul[c] = uint64((1<<divShift + s - 1) / s)
 	}

@@ -13,19 +13,30 @@ import (
 // allocPages finds n free pages, the first a multiple of alignPages, in a
 // chunk (first fit), taking a new chunk when none has room. h.mu held.
 func (h *Heap) allocPages(n, alignPages uintptr) (ch *chunk, first uintptr, fresh bool, err error) {
+	ch, first, fresh, _, err = h.allocPagesOr(n, n, alignPages)
+	return ch, first, fresh, err
+}
+
+// allocPagesOr is allocPages that settles for least pages (≤ n) when a new
+// chunk is needed and the source makes fewer than n usable; got says how
+// many it took. h.mu held.
+func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uintptr, fresh bool, got uintptr, err error) {
 	for _, c := range h.chunks {
 		if c.used == ^uint64(0) {
 			continue
 		}
 		for i := uintptr(0); i+n <= pagesPerChunk; i += alignPages {
 			if m := pageMask(i, n); c.used&m == 0 {
-				return c, i, h.takePages(c, m), nil
+				return c, i, h.takePages(c, m), n, nil
 			}
 		}
 	}
-	p, usable, err := h.acquireChunk(n * pageSize)
+	p, usable, err := h.acquireChunk(least * pageSize)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
+		return nil, 0, false, 0, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
+	}
+	if usable < n*pageSize {
+		n = least
 	}
 	c := &chunk{heap: h, base: p, size: chunkSize}
 	if usable < chunkSize {
@@ -36,7 +47,7 @@ func (h *Heap) allocPages(n, alignPages uintptr) (ch *chunk, first uintptr, fres
 	h.mapped += usable
 	h.empty++
 	setGranules(p, chunkSize, c)
-	return c, 0, h.takePages(c, pageMask(0, n)), nil
+	return c, 0, h.takePages(c, pageMask(0, n)), n, nil
 }
 
 // acquireChunk gets a chunk from the source, and how much of it is usable.

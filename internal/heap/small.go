@@ -96,14 +96,9 @@ func (h *Heap) takeSlots(c, want int) (head, tail uintptr, n int, err error) {
 }
 
 func (h *Heap) newSmallSpan(c int) (*span, error) {
-	np := classPages[c]
-	ch, first, fresh, err := h.allocPages(np, 1)
-	if err != nil && classMinPages[c] < np {
-		// Fewer pages will do (8 slots), where memory is short: a pinned
-		// heap whose limit lets it lock less than a chunk.
-		np = classMinPages[c]
-		ch, first, fresh, err = h.allocPages(np, 1)
-	}
+	// Fewer pages (8 slots) will do where a new chunk has less usable: a
+	// pinned heap whose limit lets it lock less than a chunk.
+	ch, first, fresh, np, err := h.allocPagesOr(classPages[c], classMinPages[c], 1)
 	if err != nil {
 		return nil, err
 	}

@@ -382,6 +382,17 @@ func (m *fuzzModel) step(op byte) {
 			m.remove(k)
 			return
 		}
+		if err == nil && p == old.p {
+			// Resized in place (within its size class or page run): only
+			// into its own allocator, and its footprint, so the pool, is as
+			// it was.
+			require.Equal(t, old.a, di, "in place only into the block's own allocator")
+			kept := min(old.size, size, 4096)
+			require.True(t, holds(bytesAt(p, kept), old.seed), "realloc in place kept the first %d bytes", kept)
+			m.remove(k)
+			m.add(p, size, di, old.foot, false)
+			return
+		}
 		fits, foot := m.fits(di, size, fuzzAlign[di])
 		if !fits {
 			requireNoBlock(t, p, err, alloc.ErrPoolExhausted, heap.ErrTooLarge)

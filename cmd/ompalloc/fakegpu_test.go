@@ -152,7 +152,7 @@ func TestFakeGPUPinnedLimitZero(t *testing.T) {
 func TestFakeGPUPeakFailure(t *testing.T) {
 	lib := fakedrv.Build(t, "fakecuda")
 	r := ompalloc(t, []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=cuMemAllocHost=2"},
-		"bench", "--json", "--time", "5ms", "--sizes", "4K,64M", "--regions", "100")
+		"bench", "--json", "--time", "2ms", "--sizes", "4K,1M", "--regions", "100")
 	require.Equal(t, 0, r.code, r.stderr)
 	var rep BenchReport
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
@@ -173,7 +173,7 @@ func TestFakeGPUPeakFailure(t *testing.T) {
 	require.Equal(t, goalUnmeasured, rep.Goals[0].Status, "%+v", rep.Goals[0])
 
 	r = ompalloc(t, []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=cuMemAllocHost=2"},
-		"bench", "--time", "5ms", "--sizes", "4K", "--regions", "100")
+		"bench", "--time", "2ms", "--sizes", "4K", "--regions", "100")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "h2d driver peak 4 KiB: cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY")
 }

@@ -39,7 +39,7 @@ func DestroyAllocator(a AllocatorHandle) {
 	}
 	al, ok := alloc.Lookup(alloc.Handle(a))
 	if !ok {
-		warnf("omp_destroy_allocator: %#x is not a live allocator", uintptr(a))
+		warnf("omp_destroy_allocator: %v is not a live allocator", alloc.Handle(a))
 		return
 	}
 	if err := al.Destroy(); err != nil {
@@ -56,7 +56,7 @@ func SetDefaultAllocator(a AllocatorHandle) {
 	}
 	al, ok := alloc.Lookup(alloc.Handle(a))
 	if !ok {
-		warnf("omp_set_default_allocator: %#x is not a live allocator; default unchanged", uintptr(a))
+		warnf("omp_set_default_allocator: %v is not a live allocator; default unchanged", alloc.Handle(a))
 		return
 	}
 	alloc.SetDefault(al)
@@ -68,7 +68,7 @@ func GetDefaultAllocator() AllocatorHandle { return AllocatorHandle(alloc.Defaul
 func resolve(fn string, a AllocatorHandle) *alloc.Allocator {
 	al, ok := alloc.Lookup(alloc.Handle(a))
 	if !ok {
-		warnf("%s: %#x is not a live allocator", fn, uintptr(a))
+		warnf("%s: %v is not a live allocator", fn, alloc.Handle(a))
 		return nil
 	}
 	return al

@@ -39,7 +39,8 @@ func AllocatorByName(name string) (uintptr, bool) {
 }
 
 // AllocatorName returns the omp.h name of a predefined allocator,
-// "omp_null_allocator" for 0, and "allocator(0x...)" for any other handle.
+// "omp_null_allocator" for 0, and "allocator#N" (N in decimal) for any other handle, the name package alloc
+// gives the allocators it makes.
 func AllocatorName(h uintptr) string {
 	if h == 0 {
 		return "omp_null_allocator"
@@ -49,7 +50,7 @@ func AllocatorName(h uintptr) string {
 			return p.name
 		}
 	}
-	return fmt.Sprintf("allocator(%#x)", h)
+	return fmt.Sprintf("allocator#%d", h)
 }
 
 // PredefinedAllocators returns the handles of the predefined allocators in

@@ -51,8 +51,8 @@ func TestAllocatorLookupsRefuseOthers(t *testing.T) {
 		require.False(t, ok, n)
 	}
 	require.Equal(t, "omp_null_allocator", traits.AllocatorName(0))
-	require.Equal(t, "allocator(0x9)", traits.AllocatorName(9))
-	require.Equal(t, "allocator(0xc0001230)", traits.AllocatorName(0xc0001230))
+	require.Equal(t, "allocator#9", traits.AllocatorName(9))
+	require.Equal(t, "allocator#3221230128", traits.AllocatorName(0xc0001230))
 	_, ok := traits.AllocatorMemspace(0)
 	require.False(t, ok)
 	_, ok = traits.AllocatorMemspace(9)

@@ -38,8 +38,7 @@ Measures, on this machine, what deciding whether to pin needs:
                 queue, with and without the pinned staging pool
 Each case runs for about --time. A table is printed at the end (JSON with
 --json), then the transfer goals, met or missed; --svg also draws the results
-as a chart. Progress goes to stderr
-when it is a terminal.
+as a chart. Progress goes to stderr when it is a terminal.
 
 Flags:
 `
@@ -154,9 +153,9 @@ func benchFlags() (*flag.FlagSet, *benchConfig) {
 	fs.DurationVar(&c.perCase, "time", 200*time.Millisecond, "measuring time per case, as a Go `duration`")
 	fs.Var(listFlag{&c.sizes, parseSize, ""}, "sizes",
 		"block and copy sizes for every group, a comma-separated `LIST` like 64,4K,1M\n"+
-			"\t(default: 64 B..64 MiB in powers of 4; transfers 4 KiB..1 GiB; small copies 64 B..64 KiB)")
+			"(default: 64 B..64 MiB in powers of 4; transfers 4 KiB..1 GiB; small copies 64 B..64 KiB)")
 	fs.Var(listFlag{&c.regions, parseCount, "100,10000,100000"}, "regions", "numbers of locked regions for lock_regions, a `LIST`")
-	fs.IntVar(&c.device, "device", -1, "device `N` for the transfer groups (default: the first accelerator;\n\tthe host's number measures host memcpy)")
+	fs.IntVar(&c.device, "device", -1, "device `N` for the transfer groups (default: the first accelerator;\nthe host's number measures host memcpy)")
 	return fs, c
 }
 

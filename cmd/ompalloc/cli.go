@@ -114,8 +114,16 @@ func printUsage(w io.Writer, fs *flag.FlagSet, head string) {
 		if name != "" {
 			line += " " + name
 		}
+		// Continuation lines line up under the description; a usage that
+		// says its own default ("(default: the first accelerator") does not
+		// get the flag package's literal one too ("(default -1)").
+		lines := strings.Split(usage, "\n")
+		for i := range lines {
+			lines[i] = strings.TrimSpace(lines[i])
+		}
+		usage = strings.Join(lines, "\n"+strings.Repeat(" ", 25))
 		fmt.Fprintf(w, "%-24s %s", line, usage)
-		if f.DefValue != "" && f.DefValue != "false" {
+		if f.DefValue != "" && f.DefValue != "false" && !strings.Contains(usage, "(default") {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)

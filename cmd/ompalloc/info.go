@@ -343,6 +343,9 @@ func writeInfo(w io.Writer, r *InfoReport) {
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.Plugin, lib, dash(d.Version), init)
+		if e := explainInit(d.Plugin, d.Init); e != "" { // explain.go
+			notes = append(notes, "  "+e)
+		}
 	}
 	tw.Flush()
 	for _, n := range notes {

@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/loader"
+
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -54,4 +57,28 @@ func TestPinnedChunksAskForHugePages(t *testing.T) {
 	require.Contains(t, flags, "lo", "and locked")
 	require.NoError(t, Free(p))
 	require.NoError(t, a.Destroy())
+}
+
+// TestPlaceNearDevice: a chunk for a device on node N prefers N (the policy
+// the kernel records); an unknown node or one the machine lacks leaves the
+// default policy.
+func TestPlaceNearDevice(t *testing.T) {
+	lc, err := loader.C()
+	require.NoError(t, err)
+	n0 := numa.System().IDs()[0]
+	for _, c := range []struct {
+		node int
+		mode numa.Mode
+	}{{n0, numa.ModePreferred}, {-1, numa.ModeDefault}, {n0 + 999, numa.ModeDefault}} {
+		p, err := lc.MapAligned(4<<20, 4<<20)
+		require.NoError(t, err)
+		placeNearDevice(p, 4<<20, c.node)
+		mode, nodes, err := numa.GetPolicy(p)
+		require.NoError(t, err)
+		require.Equal(t, c.mode, mode, "node %d", c.node)
+		if c.mode == numa.ModePreferred {
+			require.Equal(t, []int{n0}, nodes)
+		}
+		require.NoError(t, lc.Unmap(p, 4<<20))
+	}
 }

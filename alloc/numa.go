@@ -152,3 +152,19 @@ func adviseHuge(p, n uintptr) {
 		_ = numa.AdviseHuge(p, n)
 	}
 }
+
+// placeNearDevice prefers the node of the device a pinned chunk is locked
+// for (its PCI numa_node), before locking faults the pages in: same-node
+// pinned copies run ~3x faster than cross-node ones on GH200-class hosts.
+// Preferred, not bound: a full node must not fail the pin. Unknown (-1,
+// the host device, a plugin that does not say) leaves the process's policy,
+// under which the locking thread's node gets the pages.
+func placeNearDevice(p, n uintptr, node int) {
+	if node < 0 || !numa.Supported() {
+		return
+	}
+	if _, ok := numa.System().Node(node); !ok {
+		return
+	}
+	_ = numa.Apply(p, []numa.Part{{Len: n, Mode: numa.ModePreferred, Nodes: []int{node}}})
+}

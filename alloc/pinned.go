@@ -137,6 +137,7 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 		err = fault.Check(fault.PinLock)
 	}
 	if err == nil {
+		placeNearDevice(p, n, d.Info().NUMANode) // before locking faults the pages in (numa.go)
 		start := time.Now()
 		_, err = d.HoldMem(p, lockN, s.name)
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())

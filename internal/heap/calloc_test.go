@@ -77,3 +77,27 @@ func TestOwnerFitsHeader(t *testing.T) {
 	require.Equal(t, uintptr(64), b.Size)
 	require.Equal(t, uintptr(80), b.Footprint, "64 bytes + the 8-byte header, rounded to 16")
 }
+
+// TestNewestHugeRegionKept: a freed huge region that fits the heap's budget
+// is kept even when older kept regions fill it (they are released first), so
+// a loop of alloc+free of a big buffer reuses its region instead of mapping
+// one each time.
+func TestNewestHugeRegionKept(t *testing.T) {
+	h := New(MapSource{}, Config{Name: t.Name(), KeepHuge: 64 << 20})
+	t.Cleanup(h.Close)
+	small, _, err := h.Alloc(16<<20, 16, 1, false)
+	require.NoError(t, err)
+	_, err = Free(small)
+	require.NoError(t, err)
+	require.Equal(t, uintptr(16<<20), h.Stats().Retained)
+	big, _, err := h.Alloc(64<<20, 16, 1, false)
+	require.NoError(t, err)
+	_, err = Free(big)
+	require.NoError(t, err)
+	require.Equal(t, uintptr(64<<20), h.Stats().Retained, "the 64 MiB region is kept, the 16 MiB one released")
+	again, _, err := h.Alloc(64<<20, 16, 1, false)
+	require.NoError(t, err)
+	require.Equal(t, big, again, "and reused")
+	_, err = Free(again)
+	require.NoError(t, err)
+}

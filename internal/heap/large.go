@@ -287,7 +287,15 @@ func (h *Heap) keepOrFree(s *span) {
 		h.freeSpan(s)
 		return
 	}
-	if h.retained+s.size <= h.cfg.KeepHuge && !closed {
+	if s.size <= h.cfg.KeepHuge && !closed {
+		// The region just freed is the likeliest to be asked for again (a
+		// loop of big buffers): make room by releasing the oldest kept.
+		for h.retained+s.size > h.cfg.KeepHuge {
+			old := h.huge[0]
+			h.huge = append(h.huge[:0], h.huge[1:]...)
+			h.retained -= old.size
+			h.releaseHuge(old)
+		}
 		h.huge = append(h.huge, s)
 		h.retained += s.size
 		return

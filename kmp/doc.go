@@ -1,9 +1,34 @@
 // Package kmp mirrors LLVM's omp.h memory-management API one to one, so C
 // code ports line by line and its behaviour can be compared with libomp:
 // same handle numbers, same trait keys and values, same nil and
-// omp_null_allocator results on failure. Bad input never aborts: it gives
-// nil (or nothing) and one warning line on stderr naming the call and what
-// was wrong.
+// omp_null_allocator results on failure.
+//
+// # Using it
+//
+// Make an allocator from traits (omp_init_allocator), allocate from it,
+// free, destroy:
+//
+//	h := kmp.InitAllocator(kmp.DefaultMemSpace, []kmp.AllocTrait{
+//		{Key: kmp.AtkPinned, Value: kmp.AtvTrue},
+//		{Key: kmp.AtkAlignment, Value: 64},
+//	})
+//	p := kmp.Alloc(1<<20, h) // nil on failure, as omp_alloc
+//	defer kmp.Free(p, h)
+//	defer kmp.DestroyAllocator(h)
+//
+// Device memory and copies: TargetAlloc, TargetMemcpy (the initial device,
+// GetInitialDevice, is the host on every machine). Page-locking memory you
+// own for a device: TargetLockMem and TargetUnlockMem, LLVM's
+// llvm_omp_target_lock_mem, reference-counted when nested. Bad input never
+// aborts: it gives nil (or nothing, or -1) and one line on stderr,
+// "ompalloc: warning: <call>: <what was wrong>", naming allocators as
+// package alloc does (omp_default_mem_alloc, allocator#1024).
+//
+// For the idiomatic Go API with errors, typed slices (alloc.Make), an Arrow
+// allocator (alloc.Bytes) and statistics, use package alloc; both share one
+// engine, and a handle from InitAllocator works with alloc.Lookup.
+//
+// # OpenMP 6.0
 //
 // Beyond LLVM it has the OpenMP 6.0 memory routines (omp6*.go): the
 // partitioner trait and omp_init_mempartitioner and friends,
@@ -13,7 +38,4 @@
 // Tasks, and Task.Wait returns what the synchronous routine would. Where
 // LLVM and the 6.0 specification differ (null_fb is the default fallback on
 // target memory spaces), this package follows the specification.
-//
-// For the idiomatic Go API with errors, use package alloc; both share one
-// engine, and a handle from InitAllocator works with alloc.Lookup.
 package kmp

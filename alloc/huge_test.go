@@ -43,6 +43,7 @@ func vmFlags(t *testing.T, p uintptr) []string {
 // TestPinnedChunksAskForHugePages: a pinned chunk is advised MADV_HUGEPAGE
 // before it is locked.
 func TestPinnedChunksAskForHugePages(t *testing.T) {
+	needMempolicy(t)
 	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(b), "[never]") {
 		t.Skip("transparent huge pages are off")
 	}
@@ -63,6 +64,7 @@ func TestPinnedChunksAskForHugePages(t *testing.T) {
 // the kernel records); an unknown node or one the machine lacks leaves the
 // default policy.
 func TestPlaceNearDevice(t *testing.T) {
+	needMempolicy(t)
 	lc, err := loader.C()
 	require.NoError(t, err)
 	n0 := numa.System().IDs()[0]

@@ -135,6 +135,7 @@ func TestPlacementRefusedGoesThroughTheFallback(t *testing.T) {
 // TestPlacedHeapsAreShared: allocators that place alike share one heap;
 // the default placement is the shared host heap.
 func TestPlacedHeapsAreShared(t *testing.T) {
+	needMempolicy(t)
 	mk := func(ts ...traits.Trait) *Allocator {
 		a, err := NewFromTraits(memspace.Default, ts)
 		require.NoError(t, err)

@@ -45,6 +45,7 @@ func ptnAllocator(t *testing.T, p *Partitioner, fb traits.Value) *Allocator {
 // (the kernel says bind, where before they read default), and the partition
 // is released when the block is freed.
 func TestPartitionerDynamic(t *testing.T) {
+	needMempolicy(t)
 	var l ptnLog
 	p, err := NewPartitioner(PartitionDynamic, l.halves, l.release)
 	require.NoError(t, err)
@@ -116,6 +117,7 @@ func TestPartitionerLifetimes(t *testing.T) {
 // parts do not add up fails the allocation with ErrPlacement, and the
 // fallback decides.
 func TestPartitionerBadPartitionGoesThroughTheFallback(t *testing.T) {
+	needMempolicy(t)
 	var setErr error
 	p, err := NewPartitioner(PartitionDynamic, func(mp *MemPartition) {
 		_ = mp.Init(1, 0)

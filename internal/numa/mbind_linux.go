@@ -4,6 +4,7 @@ package numa
 
 import (
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -79,5 +80,20 @@ func CurrentNode() (int, error) {
 	return int(node), nil
 }
 
-// Supported reports whether this system takes memory policies.
-func Supported() bool { return true }
+var (
+	supportedOnce sync.Once
+	supported     bool
+)
+
+// Supported reports whether this system takes memory policies: Linux with
+// the memory-policy calls (a kernel built without CONFIG_NUMA, and
+// qemu-user, answer ENOSYS). Asked once. Without them every placement is
+// the process's, as on a one-node machine.
+func Supported() bool {
+	supportedOnce.Do(func() {
+		var mode int32
+		_, _, e := syscall.Syscall6(sysGetMempolicy, uintptr(unsafe.Pointer(&mode)), 0, 0, 0, 0, 0)
+		supported = e != syscall.ENOSYS
+	})
+	return supported
+}

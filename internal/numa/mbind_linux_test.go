@@ -150,3 +150,11 @@ func TestCurrentNode(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, numa.System().IDs(), n)
 }
+
+// TestSupportedAgreesWithTheKernel: Supported is false exactly where the
+// memory-policy calls answer ENOSYS.
+func TestSupportedAgreesWithTheKernel(t *testing.T) {
+	_, p := mapRange(t, 4096)
+	_, _, err := numa.GetPolicy(p)
+	require.Equal(t, !errors.Is(err, syscall.ENOSYS), numa.Supported(), "%v", err)
+}

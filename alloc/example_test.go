@@ -61,6 +61,8 @@ func ExampleWithPinned() {
 	defer alloc.FreeSlice(a, buf)
 	st := a.Stats()
 	fmt.Printf("pinned: %d bytes; fallbacks: %d\n", st.PinnedBytes, st.Fallbacks)
+	// Output:
+	// pinned: 1048576 bytes; fallbacks: 0
 }
 
 // The pool_size trait is a quota; what does not fit goes to the fallback.

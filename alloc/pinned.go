@@ -308,10 +308,11 @@ var pinStats struct {
 	lockNanos atomic.Int64
 }
 
-// PinnedStats describes the pinned heaps of all devices.
+// PinnedStats describes the pinned heaps of all devices together;
+// PinnedPools has each device's, with huge regions, idle bytes and unlocks.
 type PinnedStats struct {
 	Bytes    uintptr       // bytes locked for pinned heaps
-	Chunks   int           // 4 MiB locked chunks
+	Chunks   int           // 4 MiB locked chunks (huge regions apart: see PinnedPools)
 	Limit    uintptr       // the pinned-bytes limit (0: none)
 	Locks    int64         // lock calls made
 	LockTime time.Duration // time spent locking and unlocking

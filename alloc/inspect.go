@@ -42,7 +42,7 @@ func Inspect(p unsafe.Pointer) (BlockInfo, error) {
 		}
 		return BlockInfo{}, pointerError(err)
 	}
-	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room, Pinned: b.Heap != hostHeap()}, nil
+	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room, Pinned: isPinnedHeap(b.Heap)}, nil
 }
 
 // InspectSlice describes the block behind a slice from Make (or Resize):

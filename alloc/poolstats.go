@@ -95,8 +95,21 @@ func poolStatsLocked(dev int, h *heap.Heap) PoolStats {
 	}
 }
 
-// isPinnedHeap reports whether h is a device's pinned pool.
-func isPinnedHeap(h *heap.Heap) bool { return h != nil && h != hostHeap() }
+// isPinnedHeap reports whether h is a device's pinned pool (not the shared
+// host heap, nor a NUMA-placed one). A handful of devices: a scan is cheap.
+func isPinnedHeap(h *heap.Heap) bool {
+	if h == nil {
+		return false
+	}
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	for _, p := range pinnedHeaps {
+		if p == h {
+			return true
+		}
+	}
+	return false
+}
 
 // leavePool applies the pool's policy when a, drawing on a pinned pool, is
 // destroyed: the pool gives back its idle memory only if no other live

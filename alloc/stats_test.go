@@ -168,3 +168,17 @@ func vmLck(t *testing.T) (int, bool) {
 	t.Helper()
 	return procstatus.VmLckKiB()
 }
+
+// A NUMA-placed host heap (partition=interleaved) is neither the shared
+// host heap nor pinned: its blocks say so, and its allocator pins nothing.
+func TestPlacedHeapIsNotPinned(t *testing.T) {
+	a := mustNew(t, memspace.Default, WithTrait(traits.Partition, traits.Interleaved))
+	xs, err := Make[byte](a, 1000)
+	require.NoError(t, err)
+	info, err := InspectSlice(xs)
+	require.NoError(t, err)
+	require.False(t, info.Pinned)
+	require.Zero(t, a.Stats().PinnedBytes)
+	require.Equal(t, int64(1000), a.Stats().BytesLive)
+	require.NoError(t, FreeSlice(a, xs))
+}

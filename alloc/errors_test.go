@@ -16,7 +16,7 @@ import (
 var sentinels = []error{
 	ErrInvalidTrait, ErrInvalidArgument, ErrPoolExhausted, ErrOutOfMemory, ErrPinFailed,
 	ErrNotSupported, ErrInvalidPointer, ErrDoubleFree, ErrTooLarge, ErrDevice, ErrOverflow,
-	ErrDestroyed, ErrLiveBlocks,
+	ErrDestroyed, ErrLiveBlocks, ErrPlacement,
 }
 
 // Every error the API returns matches an exported sentinel, the one named.
@@ -38,6 +38,11 @@ func TestEveryErrorMatchesASentinel(t *testing.T) {
 	require.NoError(t, Free(freed))
 	tp, err := th.Alloc(64)
 	require.NoError(t, err)
+	hostDev, err := target.Get(target.InitialDevice())
+	require.NoError(t, err)
+	closed, err := hostDev.NewQueue()
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
 	var local [64]byte
 	foreign := unsafe.Pointer(&local[0])
 
@@ -73,6 +78,8 @@ func TestEveryErrorMatchesASentinel(t *testing.T) {
 		"free slice of another":     {FreeSlice(pool, unsafe.Slice((*byte)(p), 100)), ErrInvalidArgument},
 		"resize negative":           {r(Resize(strict, unsafe.Slice((*byte)(p), 100), -1)), ErrInvalidArgument},
 		"target memory zeroed here": {r(Make[byte](farDevice, 4)), ErrDevice},
+		"free after a closed queue": {FreeAfter(p, closed), ErrDevice},
+		"free after a nil queue":    {FreeAfter(p, nil), ErrInvalidArgument},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

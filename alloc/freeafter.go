@@ -53,7 +53,7 @@ func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 	}
 	if err := q.FreeAfter(func() { completeDeferred(p) }); err != nil {
 		unmarkDeferred(p)
-		return fmt.Errorf("free after: %w", err)
+		return fmt.Errorf("%w: free after: %w", ErrDevice, err)
 	}
 	return nil
 }

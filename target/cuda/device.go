@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -89,7 +91,30 @@ func (d *device) describe() error {
 	d.info.Name = string(name[:n])
 	d.info.Memory = mem
 	d.info.Capability = fmt.Sprintf("%d.%d", major, minor)
+	d.info.NUMANode = d.pciNode()
 	return nil
+}
+
+// sysRoot is where sysfs is found; tests point it at a fixture tree.
+var sysRoot = "/"
+
+// pciNode is the NUMA node of the GPU's PCI slot, -1 when the driver lacks
+// cuDeviceGetPCIBusId, refuses it, or the kernel does not know the node.
+// It is only a placement hint, so no answer is no failure.
+func (d *device) pciNode() int {
+	if d.drv.cuDeviceGetPCIBusId == 0 {
+		return -1
+	}
+	var id [32]byte // the driver needs 13 bytes ("0000:3B:00.0" and NUL)
+	if call(d.drv.cuDeviceGetPCIBusId, uintptr(unsafe.Pointer(&id[0])), uintptr(len(id)), uintptr(d.dev)) != 0 {
+		return -1
+	}
+	n := bytes.IndexByte(id[:], 0)
+	if n < 0 {
+		n = len(id)
+	}
+	node, _ := numa.PCINode(sysRoot, string(id[:n])) // -1 when not ok
+	return node
 }
 
 // Open retains the device's primary context, once. A failure is kept: the

@@ -53,6 +53,7 @@ type driver struct {
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                    uintptr
 	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy         uintptr
 	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuMemcpyPeerAsync                        uintptr
+	cuDeviceGetPCIBusId                                                                    uintptr
 
 	regs registrations
 }
@@ -111,6 +112,7 @@ func (d *driver) table() []entry {
 		opt("cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer),
 		opt("cuCtxEnablePeerAccess", &d.cuCtxEnablePeerAccess),
 		opt("cuMemcpyPeerAsync", &d.cuMemcpyPeerAsync),
+		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
 	}
 }
 

@@ -16,6 +16,11 @@
  *     the other devices work. FAKECUDA_DEVICES=0: cuInit returns
  *     CUDA_ERROR_NO_DEVICE and every later call CUDA_ERROR_NOT_INITIALIZED.
  *     cuDriverGetVersion gives FAKECUDA_VERSION (default 12020).
+ *     cuDeviceGetPCIBusId writes device N's entry of FAKECUDA_PCI_BUS_IDS
+ *     ("0000:41:00.0,0000:C1:00.0", copied as given: the real driver writes
+ *     upper-case hex); unset, or no entry for N, it fails with
+ *     CUDA_ERROR_NOT_SUPPORTED, so that other tests see no node whatever the
+ *     host's sysfs holds.
  *   - Contexts: one primary context per device (retain/release counted); the
  *     current context is per OS thread, as in the driver. The last release
  *     resets the context, as cuDevicePrimaryCtxRelease documents: everything
@@ -559,6 +564,27 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 		return CUDA_ERROR_INVALID_DEVICE;
 	snprintf(name, (size_t)len, "Fake CUDA Device %d", d);
 	return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice d) {
+	ENTER("cuDeviceGetPCIBusId");
+	if (!id || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	const char *v = getenv("FAKECUDA_PCI_BUS_IDS");
+	for (int i = 0; v && *v; i++) {
+		const char *end = strchr(v, ',');
+		size_t n = end ? (size_t)(end - v) : strlen(v);
+		if (i == d) {
+			snprintf(id, (size_t)len, "%.*s", (int)n, v);
+			return CUDA_SUCCESS;
+		}
+		v = end ? end + 1 : v + n;
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -63,7 +64,29 @@ func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools ag
 	if pools.coarse != nil {
 		d.info.Memory = pools.coarse.size
 	}
+	d.info.NUMANode = p.pciNode(agent)
 	return d, nil
+}
+
+// sysRoot is where sysfs is found; tests point it at a fixture tree.
+var sysRoot = "/"
+
+// pciNode is the NUMA node of the agent's PCI slot, -1 when the runtime
+// does not give its address or the kernel does not know the node. It is
+// only a placement hint, so no answer is no failure.
+func (p *Plugin) pciNode(agent uint64) int {
+	var bdf, domain uint32 // zeroed: an old runtime writes 16 bits of bdf
+	if p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), amdAgentInfoBDFID, uintptr(unsafe.Pointer(&bdf))) != nil {
+		return -1
+	}
+	// A runtime older than the domain attribute: domain 0, the only one on
+	// most hosts.
+	if p.fn.status("hsa_agent_get_info", p.fn.agentGetInfo, uintptr(agent), amdAgentInfoDomain, uintptr(unsafe.Pointer(&domain))) != nil {
+		domain = 0
+	}
+	id := fmt.Sprintf("%04x:%02x:%02x.%x", domain&0xffff, bdf>>8&0xff, bdf>>3&0x1f, bdf&7)
+	node, _ := numa.PCINode(sysRoot, id) // -1 when not ok
+	return node
 }
 
 func (d *device) Info() plugin.Info { return d.info }

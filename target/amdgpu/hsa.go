@@ -81,6 +81,8 @@ const (
 	agentInfoName        = 0      // char[64]
 	agentInfoDevice      = 17     // hsa_device_type_t
 	amdAgentInfoProduct  = 0xA009 // char[64]
+	amdAgentInfoBDFID    = 0xA006 // uint32_t (uint16_t in old headers): bus<<8 | device<<3 | function
+	amdAgentInfoDomain   = 0xA00F // uint32_t: the PCI domain
 	deviceTypeCPU        = 0
 	deviceTypeGPU        = 1
 	agentNameSize        = 64

@@ -44,6 +44,13 @@
  *                           hsa_amd_agents_allow_access refuses it (default: a
  *                           GPU reaches another's pool once allowed, as over
  *                           xGMI or PCIe peer-to-peer)
+ *  FAKEHSA_PCI=ID[,ID...]   PCI addresses of the GPU agents, in order, as
+ *                           domain:bus:device.function ("0000:c1:00.0"):
+ *                           HSA_AMD_AGENT_INFO_BDFID answers bus<<8|device<<3|
+ *                           function and HSA_AMD_AGENT_INFO_DOMAIN the domain.
+ *                           A GPU without an entry (the default) refuses both
+ *                           with HSA_STATUS_ERROR_INVALID_ARGUMENT, as a runtime
+ *                           that lacks the attributes does
  * Read on every call, so a test may change it between calls:
  *  FAKEHSA_FAIL=SPEC[,SPEC...] with SPEC = FUNCTION:N[:CODE]
  *      the Nth call of FUNCTION (counted from the first call of any function
@@ -117,7 +124,9 @@ enum { /* hsa_agent_info_t, hsa_amd_agent_info_t */
     HSA_AGENT_INFO_VENDOR_NAME = 1,
     HSA_AGENT_INFO_NODE = 16,
     HSA_AGENT_INFO_DEVICE = 17,
+    HSA_AMD_AGENT_INFO_BDFID = 0xA006, /* uint32_t (uint16_t in old headers) */
     HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009,
+    HSA_AMD_AGENT_INFO_DOMAIN = 0xA00F, /* uint32_t */
 };
 enum { /* hsa_amd_segment_t */
     HSA_AMD_SEGMENT_GLOBAL = 0,
@@ -174,6 +183,8 @@ typedef struct hsa_amd_pointer_info_s {
 struct agent {
     int type;
     char name[64], product[64];
+    bool has_pci; /* FAKEHSA_PCI */
+    uint32_t bdfid, domain;
     int npools;
     int pools[POOLS_PER_AGENT];
 };
@@ -367,6 +378,18 @@ static void configure(void) {
         add_pool(i, HSA_AMD_SEGMENT_GLOBAL, FLAG_FINE_GRAINED, vram / 4, true);
         add_pool(i, HSA_AMD_SEGMENT_GROUP, 0, 64 << 10, false);
     }
+    const char *pci = getenv("FAKEHSA_PCI");
+    for (int g = 0; pci && *pci && g < gpus; g++) {
+        unsigned dom, bus, dev, fn;
+        if (sscanf(pci, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) == 4) {
+            struct agent *a = &agents[1 + g];
+            a->has_pci = true;
+            a->domain = dom;
+            a->bdfid = (bus & 0xff) << 8 | (dev & 0x1f) << 3 | (fn & 7);
+        }
+        const char *end = strchr(pci, ',');
+        pci = end ? end + 1 : "";
+    }
 }
 
 /* ---- init ---- */
@@ -483,6 +506,14 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, int attribute, void *value) {
     case HSA_AGENT_INFO_NODE: *(uint32_t *)value = (uint32_t)i; return HSA_STATUS_SUCCESS;
     case HSA_AGENT_INFO_DEVICE: *(uint32_t *)value = (uint32_t)agents[i].type; return HSA_STATUS_SUCCESS;
     case HSA_AMD_AGENT_INFO_PRODUCT_NAME: memcpy(value, agents[i].product, 64); return HSA_STATUS_SUCCESS;
+    case HSA_AMD_AGENT_INFO_BDFID:
+        if (!agents[i].has_pci) break;
+        *(uint32_t *)value = agents[i].bdfid;
+        return HSA_STATUS_SUCCESS;
+    case HSA_AMD_AGENT_INFO_DOMAIN:
+        if (!agents[i].has_pci) break;
+        *(uint32_t *)value = agents[i].domain;
+        return HSA_STATUS_SUCCESS;
     }
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }

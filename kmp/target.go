@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -228,30 +229,36 @@ func TargetMemcpy(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr,
 var errOutOfBounds = errors.New("out of bounds")
 
 // checkBounds checks [base+off, base+off+n) against what the runtime knows
-// of the memory at base on device dev.
+// of the memory at base on device dev: base may point anywhere inside it.
 func checkBounds(which string, base, off, n uintptr, dev int) error {
-	size, what, ok := knownSize(base, dev)
-	if !ok || (off <= size && n <= size-off) {
+	start, size, what, ok := knownRange(base, dev)
+	if !ok {
 		return nil
 	}
-	return fmt.Errorf("%s %#x+%d: %w: %d bytes run past the end of %s of %d bytes at %#x", which, base, off, errOutOfBounds, n, what, size, base)
+	if room := start + size - base; off <= room && n <= room-off {
+		return nil
+	}
+	return fmt.Errorf("%s %#x+%d: %w: %d bytes run past the end of %s of %d bytes at %#x", which, base, off, errOutOfBounds, n, what, size, start)
 }
 
-// knownSize returns how many bytes from base belong to memory the runtime
-// knows, and what that memory is.
-func knownSize(base uintptr, dev int) (size uintptr, what string, ok bool) {
+// knownRange returns the memory the runtime knows that holds base
+// ([start, start+size)), and what that memory is.
+func knownRange(base uintptr, dev int) (start, size uintptr, what string, ok bool) {
 	if n, err := alloc.BlockSize(cmem.Ptr(base)); err == nil {
-		return n, "the allocator block", true
+		return base, n, "the allocator block", true
+	}
+	if start, n, ok := heap.Containing(base); ok {
+		return start, n, "the allocator block", true // base is inside it
 	}
 	d, err := target.Get(dev)
 	if err != nil {
-		return 0, "", false // Memcpy names the bad device
+		return 0, 0, "", false // Memcpy names the bad device
 	}
 	if v, ok := targetSizes.Load(targetKey{d, base}); ok {
-		return v.(uintptr), "the omp_target_alloc block", true
+		return base, v.(uintptr), "the omp_target_alloc block", true
 	}
 	if e, ok := d.Registry().Entry(base); ok {
-		return e.Host + e.Size - base, "the " + e.Kind.String() + " range", true
+		return e.Host, e.Size, "the " + e.Kind.String() + " range", true
 	}
-	return 0, "", false
+	return 0, 0, "", false
 }

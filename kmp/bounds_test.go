@@ -1,0 +1,67 @@
+package kmp
+
+import (
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 9, item 8: omp_target_memcpy from or to a pointer inside an
+// allocator block (not at its start) is checked against that block too: a
+// copy running past its end gives -1 and one warning instead of a fault or
+// a corrupted neighbour; copies within the block work.
+func TestTargetMemcpyInsideBlock(t *testing.T) {
+	host := GetInitialDevice()
+	blk := Alloc(64, DefaultMemAlloc)
+	require.NotNil(t, blk)
+	defer Free(blk, DefaultMemAlloc)
+	big := Alloc(1<<20, DefaultMemAlloc)
+	require.NotNil(t, big)
+	defer Free(big, DefaultMemAlloc)
+	// Unknown to the runtime and large enough for any length below, so
+	// that only the checks against blk and big can refuse.
+	other := pages(t, (1<<30)/os.Getpagesize())
+
+	tests := []struct {
+		name              string
+		dst, src          unsafe.Pointer
+		n, dstOff, srcOff uintptr
+		ok                bool
+	}{
+		{"source inside, far past the end", other, add(blk, 8), 1 << 30, 0, 0, false},
+		{"source inside, one past the end", other, add(blk, 8), 57, 0, 0, false},
+		{"source inside plus offset, past", other, add(blk, 8), 8, 0, 50, false},
+		{"source inside, to the end", other, add(blk, 8), 56, 0, 0, true},
+		{"source last byte", other, add(blk, 63), 1, 0, 0, true},
+		{"destination inside, one past the end", add(blk, 8), other, 57, 0, 0, false},
+		{"destination inside, to the end", add(blk, 16), other, 48, 0, 0, true},
+		{"large block inside, past", other, add(big, 4096), 1 << 20, 0, 0, false},
+		{"large block inside, to the end", other, add(big, 4096), 1<<20 - 4096, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc int
+			w := targetWarnings(t, func() { rc = TargetMemcpy(tt.dst, tt.src, tt.n, tt.dstOff, tt.srcOff, host, host) })
+			if tt.ok {
+				require.Equal(t, 0, rc)
+				require.Empty(t, w)
+				return
+			}
+			require.Equal(t, -1, rc)
+			require.Len(t, w, 1, "%q", w)
+			require.Contains(t, w[0], "omp_target_memcpy")
+			require.Contains(t, w[0], "out of bounds")
+			require.Contains(t, w[0], "the allocator block of")
+		})
+	}
+	// A copy within bounds moves the right bytes.
+	for i := range 64 {
+		*(*byte)(add(blk, uintptr(i))) = byte(i)
+	}
+	require.Equal(t, TargetMemcpy(other, add(blk, 8), 56, 0, 0, host, host), 0)
+	for i := range 56 {
+		require.Equal(t, byte(i+8), *(*byte)(add(other, uintptr(i))), "byte %d", i)
+	}
+}

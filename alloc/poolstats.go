@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,20 +97,26 @@ func poolStatsLocked(dev int, h *heap.Heap) PoolStats {
 }
 
 // isPinnedHeap reports whether h is a device's pinned pool (not the shared
-// host heap, nor a NUMA-placed one). A handful of devices: a scan is cheap.
+// host heap, nor a NUMA-placed one). The answer for a heap never changes, so
+// it is cached: Inspect, and so every Bytes.Free, asks without a lock.
 func isPinnedHeap(h *heap.Heap) bool {
 	if h == nil {
 		return false
 	}
-	pinnedMu.Lock()
-	defer pinnedMu.Unlock()
-	for _, p := range pinnedHeaps {
-		if p == h {
-			return true
-		}
+	if v, ok := pinnedHeapSet.Load(h); ok {
+		return v.(bool)
 	}
-	return false
+	pinnedMu.Lock()
+	is := false
+	for _, p := range pinnedHeaps {
+		is = is || p == h
+	}
+	pinnedMu.Unlock()
+	pinnedHeapSet.Store(h, is) // the cache keeps h alive: its pointer is never another heap's
+	return is
 }
+
+var pinnedHeapSet sync.Map // *heap.Heap → bool
 
 // leavePool applies the pool's policy when a, drawing on a pinned pool, is
 // destroyed: the pool gives back its idle memory only if no other live

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/numa"
 )
 
 // The command is tested end to end: built once per test binary with the go
@@ -157,7 +159,7 @@ func TestInfoJSON(t *testing.T) {
 	require.NotEmpty(t, rep.NUMA.Nodes)
 	require.NotEmpty(t, rep.NUMA.HighBwWhy)
 	require.NotEmpty(t, rep.NUMA.LargeCap)
-	require.Equal(t, runtime.GOOS == "linux", rep.NUMA.Policies)
+	require.Equal(t, numa.Supported(), rep.NUMA.Policies, "memory policies: Linux with mbind (not qemu-user)")
 	require.NotEmpty(t, rep.Memspaces[0].Nodes, "the default memory space names its nodes")
 	require.NotEmpty(t, rep.Memspaces[0].NodesWhy)
 

@@ -71,7 +71,6 @@ type Allocator struct {
 	poolUsed  atomic.Int64
 	shards    shards
 	destroyed atomic.Bool
-	inflight  atomic.Int64 // allocations running now (runtime allocators only)
 
 	pinFb pinFallback // what to say when a failed pin first falls back
 }
@@ -368,8 +367,9 @@ func (a *Allocator) Destroy() error {
 	// An allocation that started before the flag was set may still be
 	// counting its block: wait for it, so that the live count read next is
 	// final and the handle is never reused under it. Every one that starts
-	// now sees the flag (both are sequentially consistent atomics).
-	for a.inflight.Load() != 0 {
+	// now sees the flag; the count is per P (heap.Tally.Enter says why its
+	// sum never reads a false zero once the flag is set).
+	for a.shards.t.InFlight() != 0 {
 		runtime.Gosched()
 	}
 	a.leavePool() // the pool's trimming policy (poolstats.go)
@@ -388,7 +388,7 @@ func (a *Allocator) Destroy() error {
 // racing with Destroy may find the last block gone while an allocation that
 // began before Destroy is still counting its own.)
 func (a *Allocator) releasable() bool {
-	return a.destroyed.Load() && a.inflight.Load() == 0 && a.shards.live() == 0
+	return a.destroyed.Load() && a.shards.t.InFlight() == 0 && a.shards.live() == 0
 }
 
 // release frees the handle for reuse once a destroyed allocator has no live

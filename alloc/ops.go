@@ -65,31 +65,49 @@ func checkAlign(al uintptr) error {
 }
 
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
-	if a.handle >= firstRuntimeHandle {
-		// Destroy waits for this to finish (predefined allocators are never
-		// destroyed and skip the count).
-		a.inflight.Add(1)
-		defer a.inflight.Add(-1)
-	}
-	if a.plain && size != 0 && !a.destroyed.Load() && !leakCheck.Load() {
-		// try, without what a plain host allocator does not need.
-		p, _, err := a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t)
-		if err == nil {
-			return cmem.Ptr(p), nil
-		}
-		return a.failed(a.fallback(size, align, zero, fmt.Errorf("%v: %w", a, err), 0))
-	}
 	if size == 0 {
 		return nil, nil
 	}
-	if a.destroyed.Load() {
+	// Destroy waits for runtime allocators' allocations in flight (see
+	// heap.Tally.Enter); predefined allocators are never destroyed and skip
+	// the count. Enter also checks the destroyed flag.
+	counted := a.handle >= firstRuntimeHandle
+	if counted {
+		if !a.shards.t.Enter(&a.destroyed) {
+			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
+		}
+	} else if a.destroyed.Load() {
 		return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
 	}
-	p, err := a.try(size, align, zero)
-	if err == nil {
-		return p, nil
+	var p unsafe.Pointer
+	var err error
+	if a.plain && !leakCheck.Load() {
+		// try, without what a plain host allocator does not need.
+		var q uintptr
+		if q, _, err = a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t); err == nil {
+			p = cmem.Ptr(q)
+		} else {
+			err = fmt.Errorf("%v: %w", a, err)
+		}
+	} else {
+		p, err = a.try(size, align, zero)
 	}
-	return a.failed(a.fallback(size, align, zero, err, 0))
+	if err != nil {
+		return a.fallbackCounted(size, align, zero, err, counted)
+	}
+	if counted {
+		a.shards.t.Exit() // no defer: this is the hot path
+	}
+	return p, nil
+}
+
+// fallbackCounted runs the fallback for a failed alloc and then ends the
+// allocation in flight; the defer also ends it when abort_fb panics.
+func (a *Allocator) fallbackCounted(size, align uintptr, zero bool, cause error, counted bool) (unsafe.Pointer, error) {
+	if counted {
+		defer a.shards.t.Exit()
+	}
+	return a.failed(a.fallback(size, align, zero, cause, 0))
 }
 
 // try allocates from the allocator's own memory, without fallback.
@@ -145,10 +163,12 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 			return nil, cause
 		}
 		if fb.handle >= firstRuntimeHandle {
-			fb.inflight.Add(1) // before the destroyed check: Destroy waits for it
-			defer fb.inflight.Add(-1)
-		}
-		if fb.destroyed.Load() {
+			// Destroy waits for this (Enter also checks the flag).
+			if !fb.shards.t.Enter(&fb.destroyed) {
+				return nil, cause
+			}
+			defer fb.shards.t.Exit() // slow path; also ends it when abort_fb panics
+		} else if fb.destroyed.Load() {
 			return nil, cause
 		}
 		a.fallbackTaken()

@@ -33,7 +33,15 @@ type tallyShard struct {
 	foot      int64
 	fallbacks uint64
 	mark      int64 // bytes when the peak was last sampled
-	_         [128 - 6*8 - unsafe.Sizeof(pcpu.Guard{})]byte
+	// inflight counts operations begun on this P (Enter) less those ended
+	// on it (Exit); only the sum over Ps means anything. Atomic, unlike the
+	// counters above: Enter and InFlight form a store-then-load handshake
+	// with the owner's closed flag, which needs sequentially consistent
+	// accesses on both sides (a plain store could still sit in the store
+	// buffer when the flag is read). The line is this P's own, so the
+	// atomic add is uncontended.
+	inflight atomic.Int64
+	_        [128 - 7*8 - unsafe.Sizeof(pcpu.Guard{})]byte
 }
 
 // PeakStep is how much a P's live bytes grow between two samples of the
@@ -150,6 +158,60 @@ func (t *Tally) Fallback() {
 		pcpu.Unpin()
 		t.grow()
 	}
+}
+
+// Enter begins an operation on the owner unless closed is set: it counts
+// the operation in flight on this P, then reads closed; when it is set it
+// takes the count back on the same P and reports false. Each successful
+// Enter must be matched by one Exit, on any P.
+//
+// Why the closer's wait (InFlight after setting closed) never reads a false
+// zero: the increment and the load of closed, and the closer's store of
+// closed and its loads of the shards, are sequentially consistent atomics.
+// An Enter that read closed unset therefore incremented before the closer
+// set it, so the closer's loads, all after the store, see that increment.
+// An Enter that saw closed set undoes its increment on the same shard, so
+// the closer sees both, neither or only the increment (a positive sum: it
+// waits again). Each shard's value is thus at least the successful Enters
+// counted there less the Exits done there, and the sum over shards is zero
+// only once every successful Enter has had its Exit, wherever each ran.
+func (t *Tally) Enter(closed *atomic.Bool) bool {
+	for {
+		pid := pcpu.Pin()
+		if s := *t.shards.Load(); pid < len(s) {
+			sh := s[pid]
+			sh.inflight.Add(1)
+			ok := !closed.Load()
+			if !ok {
+				sh.inflight.Add(-1)
+			}
+			pcpu.Unpin()
+			return ok
+		}
+		pcpu.Unpin()
+		t.grow()
+	}
+}
+
+// Exit ends an operation begun with Enter.
+func (t *Tally) Exit() {
+	pid := pcpu.Pin()
+	s := *t.shards.Load()
+	if pid >= len(s) { // GOMAXPROCS grew since Enter: any shard will do
+		pid = 0
+	}
+	s[pid].inflight.Add(-1)
+	pcpu.Unpin()
+}
+
+// InFlight returns the operations begun with Enter and not yet ended,
+// summed over every P (see Enter for why, once closed is set, a zero is
+// final).
+func (t *Tally) InFlight() (n int64) {
+	for _, sh := range *t.shards.Load() {
+		n += sh.inflight.Load()
+	}
+	return n
 }
 
 func (t *Tally) grow() {

@@ -24,24 +24,33 @@ func BenchmarkAllocFree(b *testing.B) {
 	}
 }
 
-// BenchmarkAllocFreeParallel2 runs the default-64 loop in two goroutines
+// BenchmarkAllocFreeParallel2 runs the AllocFree loops in two goroutines
 // at once and reports wall time per loop iteration, so it compares directly
-// with AllocFree/default-64: equal means no slowdown per operation.
+// with AllocFree: equal means no slowdown per operation. align64 is a
+// runtime allocator: its allocations are counted in flight for Destroy, so
+// it shows whether that count is shared between the goroutines.
 func BenchmarkAllocFreeParallel2(b *testing.B) {
-	b.Run("default-64", func(b *testing.B) {
-		var wg sync.WaitGroup
-		b.ResetTimer()
-		for g := 0; g < 2; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < b.N; i++ {
-					Free(Alloc(64, DefaultMemAlloc), DefaultMemAlloc)
-				}
-			}()
-		}
-		wg.Wait()
-	})
+	align64 := InitAllocator(DefaultMemSpace, []AllocTrait{{AtkAlignment, 64}})
+	defer DestroyAllocator(align64)
+	for _, bc := range []struct {
+		name string
+		a    AllocatorHandle
+	}{{"default-64", DefaultMemAlloc}, {"align64-64", align64}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for g := 0; g < 2; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < b.N; i++ {
+						Free(Alloc(64, bc.a), bc.a)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
 }
 
 // BenchmarkMixedBatch: 1024 allocations of 64..176 bytes, then 1024 frees;

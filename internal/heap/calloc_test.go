@@ -14,8 +14,6 @@ import (
 // source (zero-filled by the kernel, never used) are not cleared again;
 // reused ones are, and every one of them reads as zero.
 func TestCallocFreshNotCleared(t *testing.T) {
-	countZeroed = true
-	t.Cleanup(func() { countZeroed = false })
 	// One P: a freed span cached on another P would make the next block
 	// come from fresh pages, rightly not cleared, and the count below vary.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
@@ -32,10 +30,11 @@ func TestCallocFreshNotCleared(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := New(MapSource{}, Config{Name: t.Name(), KeepChunks: 1, KeepHuge: 64 << 20}) // keeps all the huge regions
 			t.Cleanup(h.Close)
+			h.countZeroed = true // this heap's count only: other tests' heaps cannot move it
 			const n = 8
 			var ps [n]uintptr
 			alloc := func(what string, want uint64) {
-				before := zeroedBytes.Load()
+				before := h.zeroedBytes.Load()
 				for i := range ps {
 					p, _, err := h.Alloc(tc.size, tc.align, 1, true)
 					require.NoError(t, err)
@@ -47,7 +46,7 @@ func TestCallocFreshNotCleared(t *testing.T) {
 					}
 					ps[i] = p
 				}
-				require.Equal(t, want, zeroedBytes.Load()-before, "bytes cleared for %s blocks", what)
+				require.Equal(t, want, h.zeroedBytes.Load()-before, "bytes cleared for %s blocks", what)
 			}
 			alloc("fresh", 0)
 			for _, p := range ps {

@@ -185,6 +185,9 @@ type Heap struct {
 	cfg    Config
 	caches atomic.Pointer[[]*pcache]
 
+	countZeroed bool          // tests only: count what zeroBlock clears
+	zeroedBytes atomic.Uint64 // bytes cleared for zero requests, when counted
+
 	mu       sync.Mutex
 	chunks   []*chunk
 	empty    int // chunks with no pages in use
@@ -272,7 +275,7 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	hd := hdr(p)
 	hd.meta, hd.tag = owner<<16|uint32(size), tag(magicLive, off)
 	if clear {
-		zeroBlock(p, size)
+		h.zeroBlock(p, size)
 	} else if zero && off == hdrSize {
 		// Never used, but a free list ran through its first word.
 		cmem.Zero(p, min(size, 8))

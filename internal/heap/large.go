@@ -128,7 +128,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			s.owner, s.req = owner, size
 			s.state.Store(spanLarge)
 			if zero {
-				zeroBlock(s.base, size)
+				h.zeroBlock(s.base, size)
 			}
 			return s.base, foot + descSize, true, nil
 		}
@@ -144,7 +144,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			s.state.Store(spanLarge)
 			h.mu.Unlock()
 			if zero {
-				zeroBlock(s.base, size)
+				h.zeroBlock(s.base, size)
 			}
 			return s.base, foot + descSize, false, nil
 		}
@@ -160,7 +160,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		ch.pages[first].Store(s)
 		h.mu.Unlock()
 		if zero && !fresh {
-			zeroBlock(s.base, size)
+			h.zeroBlock(s.base, size)
 		}
 		return s.base, foot + descSize, false, nil
 	}
@@ -184,7 +184,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	s.owner, s.req = owner, size
 	s.state.Store(spanLarge)
 	if zero && !fresh {
-		zeroBlock(s.base, size)
+		h.zeroBlock(s.base, size)
 	}
 	return s.base, s.size + descSize, false, nil
 }

@@ -279,17 +279,13 @@ func neverUsed(slot uintptr) bool {
 	return s.zeroed
 }
 
-// zeroedBytes counts the bytes Alloc cleared for zero requests while
-// countZeroed is set (by tests that check fresh memory is not cleared
-// again; off, calloc pays no shared counter).
-var (
-	countZeroed bool
-	zeroedBytes atomic.Uint64
-)
-
-func zeroBlock(p, n uintptr) {
+// zeroBlock clears a block for a zero request. A heap whose countZeroed
+// is set (by tests, before its first Alloc) counts the bytes it cleared, so
+// that tests can check memory fresh from the source is not cleared again;
+// other heaps pay no counter.
+func (h *Heap) zeroBlock(p, n uintptr) {
 	cmem.Zero(p, n)
-	if countZeroed {
-		zeroedBytes.Add(uint64(n))
+	if h.countZeroed {
+		h.zeroedBytes.Add(uint64(n))
 	}
 }

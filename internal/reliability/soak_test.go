@@ -191,14 +191,15 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 			var devBuf uintptr
 			var q *target.Queue
 			if !dev.IsHost() {
+				pause.RLock()
 				var err error
 				devBuf, err = dev.Alloc(plugin.MemDevice, 64<<10)
-				if err != nil {
-					report("device alloc: %v", err)
-					return
+				if err == nil {
+					q, err = dev.NewQueue()
 				}
-				if q, err = dev.NewQueue(); err != nil {
-					report("new queue: %v", err)
+				pause.RUnlock()
+				if err != nil {
+					report("device buffer or queue: %v", err)
 					return
 				}
 			}
@@ -223,6 +224,11 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 					return uintptr(2<<20 + r.IntN(1<<20))
 				}
 			}
+			// Every operation that may lock or unlock memory runs inside
+			// pause (for reading): the quiescent check walks the registry,
+			// then reads VmLck, and an unlock between the two is a false
+			// failure. So step, pinnedStep (whose Trim and refused Shutdown
+			// give idle pinned chunks back) and the final frees.
 			step := func() {
 				pause.RLock()
 				defer pause.RUnlock()
@@ -371,9 +377,15 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 			for time.Now().Before(deadline) && !failed.Load() {
 				step()
 				if len(live) > 0 && r.IntN(3) == 0 {
+					pause.RLock()
 					pinnedStep(dev, r, live[r.IntN(len(live))].p, &counts, report)
+					pause.RUnlock()
 				}
 			}
+			// The checker may still run: what is left is freed inside
+			// pause too (a free may give a pinned region back).
+			pause.RLock()
+			defer pause.RUnlock()
 			for _, b := range live {
 				check(b)
 				if err := alloc.Free(b.p); err != nil {
@@ -423,10 +435,10 @@ func pinnedStep(dev *target.Device, r *rand.Rand, p unsafe.Pointer, counts *soak
 		return
 	}
 	switch x := r.IntN(2000); {
-	case x == 0:
+	case x < 40: // often (hundreds in 3 s): quiescent checks fall between trims
 		alloc.Trim()
 		counts.trims.Add(1)
-	case x == 1:
+	case x == 40:
 		err := target.Shutdown()
 		if !errors.Is(err, target.ErrBusy) {
 			report("Shutdown with a pinned block live: %v, want ErrBusy", err)

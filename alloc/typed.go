@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"reflect"
-	"sync"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
@@ -20,7 +19,7 @@ func Make[T any](a Interface, n int) ([]T, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: Make[%v] of negative length %d", ErrInvalidArgument, t, n)
 	}
-	if hasPointers(t) {
+	if cmem.HasPointers(t) {
 		return nil, fmt.Errorf("%w: Make[%v]: the type holds Go pointers, which must not live in C memory", ErrInvalidArgument, t)
 	}
 	if n == 0 || unsafe.Sizeof(zero) == 0 {
@@ -115,34 +114,4 @@ func Resize[T any](a *Allocator, s []T, n int) ([]T, error) {
 		return nil, sliceError(what, err)
 	}
 	return unsafe.Slice((*T)(np), n), nil
-}
-
-var pointerFree sync.Map // reflect.Type → bool
-
-func hasPointers(t reflect.Type) bool {
-	if v, ok := pointerFree.Load(t); ok {
-		return v.(bool)
-	}
-	has := typeHasPointers(t)
-	pointerFree.Store(t, has)
-	return has
-}
-
-func typeHasPointers(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return false
-	case reflect.Array:
-		return t.Len() > 0 && typeHasPointers(t.Elem())
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if typeHasPointers(t.Field(i).Type) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
 }

@@ -61,7 +61,7 @@ func Slice[T any](m Memory) ([]T, error) {
 		return nil, fmt.Errorf("%v: a []%v over %s memory at %#x: %w: the host cannot access it (copy it with Memcpy)",
 			m.Device, typ, m.Kind, m.Addr, ErrInvalidArgument)
 	}
-	if pointerful(typ) {
+	if cmem.HasPointers(typ) {
 		return nil, fmt.Errorf("%v: a []%v: %w: the type holds Go pointers, which must not live in device memory", m.Device, typ, ErrInvalidArgument)
 	}
 	sz := unsafe.Sizeof(zero)
@@ -69,23 +69,4 @@ func Slice[T any](m Memory) ([]T, error) {
 		return nil, fmt.Errorf("%v: a []%v over %d bytes: %w: not a whole number of %d-byte elements", m.Device, typ, m.Size, ErrInvalidArgument, sz)
 	}
 	return unsafe.Slice((*T)(cmem.Ptr(m.Addr)), m.Size/sz), nil
-}
-
-func pointerful(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return false
-	case reflect.Array:
-		return t.Len() > 0 && pointerful(t.Elem())
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if pointerful(t.Field(i).Type) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
 }

@@ -82,6 +82,15 @@ const (
 	maxOwner  = 1<<16 - 1
 )
 
+// spanAt returns the span that owns p's page in ch (its huge span, or the
+// page's entry), nil for a page no span owns.
+func (ch *chunk) spanAt(p uintptr) *span {
+	if ch.huge != nil {
+		return ch.huge
+	}
+	return ch.pages[(p-ch.base)>>pageShift].Load()
+}
+
 func hdr(p uintptr) *header                { return (*header)(cmem.Ptr(p - hdrSize)) }
 func tag(magic uint32, off uintptr) uint32 { return magic<<16 | uint32(off) }
 func (hd *header) owner() uint32           { return hd.meta >> 16 }
@@ -325,11 +334,9 @@ func Inspect(p uintptr) (Block, error) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
 	}
 	h := ch.heap
-	s := ch.huge
+	s := ch.spanAt(p)
 	if s == nil {
-		if s = ch.pages[(p-ch.base)>>pageShift].Load(); s == nil {
-			return Block{}, h.notAtBlock(ch, p)
-		}
+		return Block{}, h.notAtBlock(ch, p)
 	}
 	switch s.state.Load() {
 	case spanSmall:

@@ -15,11 +15,9 @@ func Room(p uintptr) (Block, uintptr, error) {
 		return Block{}, 0, fmt.Errorf("%w: %#x", ErrForeign, p)
 	}
 	h := ch.heap
-	s := ch.huge
+	s := ch.spanAt(p)
 	if s == nil {
-		if s = ch.pages[(p-ch.base)>>pageShift].Load(); s == nil {
-			return Block{}, 0, h.notAtBlock(ch, p)
-		}
+		return Block{}, 0, h.notAtBlock(ch, p)
 	}
 	switch s.state.Load() {
 	case spanSmall:
@@ -53,10 +51,7 @@ func Resize(p, size uintptr) (old Block, ok bool, err error) {
 	}
 	ch := lookup(p)
 	h := ch.heap
-	s := ch.huge
-	if s == nil {
-		s = ch.pages[(p-ch.base)>>pageShift].Load()
-	}
+	s := ch.spanAt(p)
 	if s.state.Load() == spanSmall {
 		hdr(p).setSize(size) // room < 32 KiB: small blocks' slots
 		return old, true, nil
@@ -88,10 +83,7 @@ func ResizeInClass(p, size, align uintptr) (old Block, ok bool, err error) {
 	}
 	ch := lookup(p)
 	h := ch.heap
-	s := ch.huge
-	if s == nil {
-		s = ch.pages[(p-ch.base)>>pageShift].Load()
-	}
+	s := ch.spanAt(p)
 	if s.state.Load() == spanSmall {
 		hd := hdr(p)
 		off := uintptr(hd.tag & 0xffff)

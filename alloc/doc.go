@@ -43,7 +43,7 @@
 // omp_allocator_handle_t that package kmp hands to C-style code. Both APIs
 // share one engine (internal/heap): blocks from every unpinned host
 // allocator live in one heap, pinned blocks in one locked heap per device,
-// and a 16-byte header before each small block names its allocator, so Free
+// and an 8-byte header before each small block names its allocator, so Free
 // needs no allocator and rejects pointers it never returned.
 //
 // Traits behave as OpenMP 5.2 says (see package traits for validation):

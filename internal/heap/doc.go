@@ -9,9 +9,9 @@
 // one size class; medium blocks (≤ 2 MiB) own a run of pages; huge blocks
 // own a region of their own, registered in the table for every granule.
 //
-// Small blocks carry a 16-byte header just before the user pointer:
-// {magic, owner, size, offset}. The magic says live or free; Free flips it
-// with a compare-and-swap, so a double free is seen even when two
+// Small blocks carry an 8-byte header just before the user pointer:
+// {magic|offset, owner|size}, 16 bits each. The magic says live or free;
+// Free flips it, checking the offset in the same compare-and-swap, so a double free is seen even when two
 // goroutines race. Large blocks have no header: their span says it all.
 //
 // Speed. Each P has a cache of free slots per class that the goroutine

@@ -24,7 +24,7 @@ import (
 
 var (
 	defaultGoroutines = []int64{1, 2, 4, 8, 16}
-	blockMemorySizes  = []int64{16, 64, 100, 1000, 4096}
+	blockMemorySizes  = []int64{16, 64, 100, 1000, 1500, 3000, 4096}
 )
 
 // goroutinesSection: n goroutines each doing alloc+free of 64 B on

@@ -5,20 +5,23 @@ import "slices"
 // Size classes for small blocks. A slot holds the 8-byte header, any
 // alignment padding and the user's bytes; slots start 8 bytes past a 16-byte
 // boundary, so that the user pointer after the header is 16-aligned.
-// Classes are 16-byte steps up to 1 KiB (a block costs its size plus the
-// header rounded to 16, as in glibc), then four steps per power of two (at
-// most 25% waste, 12.5% typical), plus one class of each power of two from
-// 1 KiB to 16 KiB plus 16, so that a power-of-two request (the commonest
-// buffer size) costs its size and 16 bytes, as in glibc, instead of the next
-// step.
+// Classes are 16-byte steps up to 4080 bytes (a block costs its size plus
+// the header rounded to 16, as in glibc, at every size up to 4 KiB), then
+// four steps per power of two (at most 25% waste, 12.5% typical), plus one
+// class of each power of two from 4 KiB to 16 KiB plus 16, so that a
+// power-of-two request (the commonest buffer size) costs its size and 16
+// bytes, as in glibc, instead of the next step. (There is no 4096-byte
+// class: its slots would leave almost a slot unused at the end of every
+// span, since slots start 8 bytes in; requests of 4073-4088 bytes take the
+// 4112-byte one.)
 const (
 	minAlign   = 16
-	hdrSize    = 8            // small blocks' header; also where slots start past a 16-byte boundary
-	descSize   = 16           // what a large block's footprint counts for its descriptor (in its span)
-	maxSmall   = 32 << 10     // largest slot size
-	numClasses = 64 + 4*5 + 5 // 16..1024 by 16, 4 per doubling up to 32 KiB, 1 KiB+16..16 KiB+16
-	divShift   = 40           // exact for offsets below 2^40/32 KiB = 32 MiB
-	maxSpanPgs = 16           // pages a small span may take to waste little of its tail
+	hdrSize    = 8             // small blocks' header; also where slots start past a 16-byte boundary
+	descSize   = 16            // what a large block's footprint counts for its descriptor (in its span)
+	maxSmall   = 32 << 10      // largest slot size
+	numClasses = 255 + 4*3 + 3 // 16..4080 by 16, 4 per doubling up to 32 KiB, 4 KiB+16..16 KiB+16
+	divShift   = 40            // exact for offsets below 2^40/32 KiB = 32 MiB
+	maxSpanPgs = 16            // pages a small span may take to waste little of its tail
 )
 
 var (
@@ -33,21 +36,21 @@ var (
 	// (checked by TestClassDivMul); a divide costs several times more on
 	// Free's path.
 	classDivMul [numClasses]uint64
-	smallIndex  [maxSmall/minAlign + 1]uint8
+	smallIndex  [maxSmall/minAlign + 1]uint16
 )
 
 func init() {
 	var sizes []uintptr
-	for s := uintptr(16); s <= 1024; s += 16 {
+	for s := uintptr(16); s < 4096; s += 16 {
 		sizes = append(sizes, s)
 	}
-	for base := uintptr(1024); base < maxSmall; base *= 2 {
+	for base := uintptr(4096); base < maxSmall; base *= 2 {
 		step := base / 4
 		for k := uintptr(1); k <= 4; k++ {
 			sizes = append(sizes, base+k*step)
 		}
 	}
-	for p := uintptr(1024); p <= 16<<10; p *= 2 {
+	for p := uintptr(4096); p <= 16<<10; p *= 2 {
 		sizes = append(sizes, p+16)
 	}
 	slices.Sort(sizes)
@@ -60,7 +63,7 @@ func init() {
 		for classSize[c] < uintptr(n)*minAlign {
 			c++
 		}
-		smallIndex[n] = uint8(c)
+		smallIndex[n] = uint16(c)
 	}
 	for c, s := range classSize {
 		classPages[c] = spanPages(s)
@@ -79,15 +82,15 @@ func spanPages(s uintptr) uintptr {
 	// At least 8 slots, and 256 where 4 pages hold them: the span's own
 	// bookkeeping (a Go struct) is then a fraction of a byte per block.
 	least := max((8*s+pageSize-1)/pageSize, min((256*s+pageSize-1)/pageSize, 4))
-	best, bestWaste := least, ^uintptr(0)
+	best, bestTail, bestSlots := least, ^uintptr(0), uintptr(1)
 	for n := least; n <= max(least, maxSpanPgs); n++ {
 		bytes := n*pageSize - hdrSize // the first slot starts hdrSize in
-		perSlot := bytes % s / (bytes / s)
-		if perSlot <= 1 {
+		slots, tail := bytes/s, bytes%s
+		if tail+hdrSize <= slots { // at most a byte per slot unused, the 8 bytes the span starts in included
 			return n
 		}
-		if perSlot < bestWaste {
-			best, bestWaste = n, perSlot
+		if tail*bestSlots < bestTail*slots {
+			best, bestTail, bestSlots = n, tail, slots
 		}
 	}
 	return best

@@ -102,12 +102,22 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 }
 
 // fallbackCounted runs the fallback for a failed alloc and then ends the
-// allocation in flight; the defer also ends it when abort_fb panics.
+// allocation in flight; the defer also ends it when abort_fb panics, and
+// counts the panic as a failure of the allocator asked (abort_fb may be the
+// trait of an allocator down its fallback chain).
 func (a *Allocator) fallbackCounted(size, align uintptr, zero bool, cause error, counted bool) (unsafe.Pointer, error) {
 	if counted {
 		defer a.shards.t.Exit()
 	}
-	return a.failed(a.fallback(size, align, zero, cause, 0))
+	aborted := true
+	defer func() {
+		if aborted {
+			a.shards.failures.Add(1)
+		}
+	}()
+	p, err := a.failed(a.fallback(size, align, zero, cause, 0))
+	aborted = false
+	return p, err
 }
 
 // try allocates from the allocator's own memory, without fallback.

@@ -24,7 +24,7 @@ type Stats struct {
 	// target host memory a GPU driver allocated pinned), else 0.
 	PinnedBytes int64
 	Fallbacks   uint64  // allocations passed on to the fallback
-	Failures    uint64  // allocations that returned an error (after the fallback had its turn)
+	Failures    uint64  // allocations that returned an error (after the fallback had its turn) or ended in abort_fb's panic
 	PoolSize    uintptr // the pool_size trait (0: none)
 	PoolUsed    int64   // footprint counted against PoolSize
 }

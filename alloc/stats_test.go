@@ -78,6 +78,18 @@ func TestStatsFailuresAndFallbacks(t *testing.T) {
 	require.ErrorIs(t, err, ErrPoolExhausted)
 	require.Equal(t, uint64(1), chained.Stats().Failures)
 	require.Equal(t, uint64(1), chained.Stats().Fallbacks)
+
+	// abort_fb panics instead of returning: a failure all the same, of the
+	// allocator asked, whether its own trait or its fallback's aborted.
+	aborting := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallback(traits.AbortFb))
+	viaAborting := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallbackAllocator(aborting))
+	for _, a := range []*Allocator{aborting, viaAborting} {
+		require.Panics(t, func() { _, _ = a.Alloc(2 << 20) })
+		st := a.Stats()
+		require.Equal(t, uint64(1), st.Failures, "%v", a)
+		require.Zero(t, st.Allocs, "%v", a)
+	}
+	require.Equal(t, uint64(1), aborting.Stats().Failures, "the chain's abort counts for the allocator asked only")
 }
 
 func TestPinnedPoolStats(t *testing.T) {

@@ -137,18 +137,17 @@ func (a *Allocator) Placement() string {
 	return fmt.Sprintf("%v on nodes %s: %v per chunk", part, numa.FormatList(s.Nodes), plan[0].Mode)
 }
 
-// HugePagesEnv turns off the transparent huge pages asked for pinned
-// chunks: OMPALLOC_HUGEPAGES=off.
+// HugePagesEnv chooses the pages of pinned chunks and huge regions:
+// OMPALLOC_HUGEPAGES=thp (the default), off or hugetlb (HugePageMode).
 const HugePagesEnv = "OMPALLOC_HUGEPAGES"
-
-var hugeOff = os.Getenv(HugePagesEnv) == "off"
 
 // adviseHuge asks for transparent huge pages on a pinned chunk or region
 // about to be locked: mlock and the drivers' registration then fault and
 // walk 2 MiB pages, 512 times fewer (ROCm measured hipHostRegister of a
-// large buffer 2.5x faster). Refusal (no THP) is not an error.
+// large buffer 2.5x faster). Refusal (no THP) is not an error. Memory in
+// hugetlb pages needs no advice.
 func adviseHuge(p, n uintptr) {
-	if !hugeOff && n >= 2<<20 {
+	if n >= 2<<20 && HugePages() != HugePagesOff && !isHugeTLB(p) {
 		_ = numa.AdviseHuge(p, n)
 	}
 }

@@ -126,7 +126,7 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 		pinLimit.release(lockN)
 		return 0, err
 	}
-	p, err := c.MapAligned(n, align)
+	p, err := s.mapPages(c, n, align, lockN) // hugetlb pages when asked for (hugepages.go)
 	if err != nil {
 		pinLimit.release(lockN)
 		return 0, err
@@ -144,7 +144,7 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
 	if err != nil {
-		_ = c.Unmap(p, n)
+		_ = unmapPages(c, p, n)
 		pinLimit.release(lockN)
 		return 0, fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, lockN, s.dev, err)
 	}
@@ -198,7 +198,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 	}
 	c, err := loader.C()
 	if err == nil {
-		err = c.Unmap(p, n)
+		err = unmapPages(c, p, n)
 	}
 	s.mu.Lock()
 	lockN, ok := s.partial[p]
@@ -316,6 +316,16 @@ type PinnedStats struct {
 	Limit    uintptr       // the pinned-bytes limit (0: none)
 	Locks    int64         // lock calls made
 	LockTime time.Duration // time spent locking and unlocking
+
+	// HugeTLB is the part of Bytes in hugetlb pages (HugePagesTLB). The
+	// kernel's VmLck does not count it, although it is locked and
+	// registered: with the host device pinning, VmLck (above what the
+	// process locked itself) is Bytes - HugeTLB, and /proc/self/status's
+	// HugetlbPages is HugeTLB.
+	HugeTLB uintptr
+	// HugeTLBFallbacks counts the chunks and regions asked for in hugetlb
+	// pages that got normal pages (no free huge pages, or none at all).
+	HugeTLBFallbacks int64
 }
 
 // Pinned returns the pinned heaps' statistics.
@@ -332,6 +342,7 @@ func Pinned() PinnedStats {
 	st.Limit, _ = PinnedLimit()
 	st.Locks = pinStats.locks.Load()
 	st.LockTime = time.Duration(pinStats.lockNanos.Load())
+	st.HugeTLB, st.HugeTLBFallbacks = hugeTLBBytes(nil), tlb.fallbacks.Load()
 	return st
 }
 

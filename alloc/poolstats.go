@@ -41,6 +41,7 @@ type PoolStats struct {
 	Huge       int     // regions of their own (blocks over 2 MiB), freed ones kept included
 	Retained   uintptr // bytes of freed huge regions kept for reuse
 	Stuck      int     // chunks the device refused to unlock yet (Trim tries again)
+	HugeTLB    uintptr // of Locked, bytes in hugetlb pages (not in VmLck: PinnedStats.HugeTLB)
 
 	Locks    int64         // lock calls made for the pool
 	Unlocks  int64         // unlock calls that succeeded
@@ -90,6 +91,7 @@ func poolStatsLocked(dev int, h *heap.Heap) PoolStats {
 		Huge:       hs.Huge,
 		Retained:   hs.Retained,
 		Stuck:      stuckN,
+		HugeTLB:    hugeTLBBytes(src),
 		Locks:      src.counts.locks.Load(),
 		Unlocks:    src.counts.unlocks.Load(),
 		LockTime:   time.Duration(src.counts.nanos.Load()),

@@ -164,6 +164,9 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		}
 		return s.base, foot + descSize, false, nil
 	}
+	if rs, ok := h.src.(RegionSizer); ok {
+		foot = max(foot, rs.RegionSize(foot))
+	}
 	s, fresh := h.reuseHuge(foot, align)
 	h.mu.Unlock()
 	if s == nil {

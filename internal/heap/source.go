@@ -29,3 +29,10 @@ func (MapSource) Release(p, n uintptr) error {
 	}
 	return c.Unmap(p, n)
 }
+
+// A RegionSizer maps huge regions in units larger than the heap's pages
+// (hugetlb: 2 MiB): the heap sizes a region to what the source will map,
+// so that what it counts, reuses and releases is what is mapped.
+type RegionSizer interface {
+	RegionSize(n uintptr) uintptr
+}

@@ -7,6 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/hugetest"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -57,6 +60,52 @@ func TestConsistentSeesVmLckDisagree(t *testing.T) {
 	require.NoError(t, host.Free(plugin.MemHost, hp))
 	require.NoError(t, host.UnlockMem(buf+100))
 	require.NoError(t, host.UnlockMem(buf+400))
+	require.NoError(t, alloc.Free(p))
+	require.NoError(t, alloc.Free(big))
+	require.NoError(t, a.Destroy())
+	alloc.Trim()
+	require.NoError(t, base.Consistent())
+	require.NoError(t, base.Check())
+}
+
+// With pinned memory in hugetlb pages the invariant still holds: VmLck
+// leaves those pages out and HugetlbPages has them. A hugetlb mapping made
+// behind the runtime's back is seen.
+func TestConsistentWithHugeTLBPages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("VmLck and HugetlbPages are Linux's")
+	}
+	alloc.Trim()
+	hugetest.Need(t, 5)
+	prev, err := alloc.SetHugePages(alloc.HugePagesTLB)
+	require.NoError(t, err)
+	defer func() { _, _ = alloc.SetHugePages(prev) }()
+	base := Start()
+	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithPinDevice(target.InitialDevice()), alloc.WithFallback(traits.NullFb))
+	require.NoError(t, err)
+	p, err := a.Alloc(100)
+	require.NoError(t, err)
+	big, err := a.Alloc(3 << 20)
+	require.NoError(t, err)
+	require.Equal(t, uintptr(8<<20), alloc.Pinned().HugeTLB, "both in hugetlb pages")
+	require.NoError(t, base.Consistent(), "pinned chunk and huge region in hugetlb pages")
+
+	host, err := target.Get(target.InitialDevice())
+	require.NoError(t, err)
+	_, err = host.LockMem(uintptr(big)+100, 200) // a user's lock inside the hugetlb region
+	require.NoError(t, err)
+	require.NoError(t, base.Consistent(), "a user lock in hugetlb pages")
+	require.NoError(t, host.UnlockMem(uintptr(big)+100))
+
+	q, err := numa.MapHugeTLB(numa.HugeTLBPage, numa.HugeTLBPage) // behind the runtime's back
+	require.NoError(t, err)
+	cmem.Bytes(q, 1)[0] = 1 // fault the page in
+	require.ErrorContains(t, base.Consistent(), "HugetlbPages is")
+	c, err := loader.C()
+	require.NoError(t, err)
+	require.NoError(t, c.Unmap(q, numa.HugeTLBPage))
+	require.NoError(t, base.Consistent())
+
 	require.NoError(t, alloc.Free(p))
 	require.NoError(t, alloc.Free(big))
 	require.NoError(t, a.Destroy())

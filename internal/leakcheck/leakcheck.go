@@ -9,20 +9,24 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 )
 
 // Baseline is the process's state before the tests ran.
 type Baseline struct {
-	vmLckKiB int
-	hasVmLck bool
+	vmLckKiB   int
+	hasVmLck   bool
+	hugetlbKiB int
+	hasHugetlb bool
 }
 
 // Start records the baseline. Call it before the first allocation.
 func Start() Baseline {
 	n, ok := VmLckKiB()
-	return Baseline{vmLckKiB: n, hasVmLck: ok}
+	h, hok := procstatus.HugetlbKiB()
+	return Baseline{vmLckKiB: n, hasVmLck: ok, hugetlbKiB: h, hasHugetlb: hok}
 }
 
 // VmLckKiB reads VmLck from /proc/self/status (linux; ok false elsewhere).
@@ -45,8 +49,9 @@ func VmLckKiB() (kib int, ok bool) {
 // under the pinned-bytes limit and the bytes the registries hold for pinned
 // heaps (Registry.Hold) are equal, and VmLck is the baseline plus the pages
 // of the host device's locked and registered entries (what it mlocked; pages
-// two entries share count once). Call it while no allocation, lock or
-// unlock is in flight.
+// two entries share count once) outside hugetlb pages, which VmLck never
+// counts; those, alloc.Pinned().HugeTLB, are what HugetlbPages rose by.
+// Call it while no allocation, lock or unlock is in flight.
 func (b Baseline) Consistent() error {
 	var msgs []string
 	ps := alloc.Pinned()
@@ -64,7 +69,12 @@ func (b Baseline) Consistent() error {
 	}
 	if b.hasVmLck {
 		if n, ok := VmLckKiB(); ok && uintptr(n-b.vmLckKiB) != hostKiB {
-			msgs = append(msgs, fmt.Sprintf("VmLck is %d kB above its %d kB baseline, the host device's registry holds %d kB of locked pages", n-b.vmLckKiB, b.vmLckKiB, hostKiB))
+			msgs = append(msgs, fmt.Sprintf("VmLck is %d kB above its %d kB baseline, the host device's registry holds %d kB of locked pages outside hugetlb pages", n-b.vmLckKiB, b.vmLckKiB, hostKiB))
+		}
+	}
+	if b.hasHugetlb {
+		if n, ok := procstatus.HugetlbKiB(); ok && uintptr(n-b.hugetlbKiB) != ps.HugeTLB>>10 {
+			msgs = append(msgs, fmt.Sprintf("HugetlbPages is %d kB above its %d kB baseline, the pinned heaps report %d kB in hugetlb pages", n-b.hugetlbKiB, b.hugetlbKiB, ps.HugeTLB>>10))
 		}
 	}
 	if len(msgs) == 0 {
@@ -74,13 +84,22 @@ func (b Baseline) Consistent() error {
 }
 
 // lockedPages counts the pages covered by d's locked and registered
-// entries (entries are in address order and never overlap, but two may
-// share a page).
+// entries outside hugetlb mappings (entries are in address order and never
+// overlap, but two may share a page).
 func lockedPages(d *target.Device) uintptr {
 	pg := uintptr(os.Getpagesize())
+	tlb := alloc.HugeTLBRanges()
+	inTLB := func(p uintptr) bool {
+		for _, r := range tlb {
+			if r.Start <= p && p < r.Start+r.Size {
+				return true
+			}
+		}
+		return false
+	}
 	var pages, last uintptr // last: the end of the pages counted so far
 	d.Registry().Each(func(e pinned.EntryInfo) bool {
-		if e.Kind == pinned.KindExternal {
+		if e.Kind == pinned.KindExternal || inTLB(e.Host) {
 			return true
 		}
 		lo, hi := e.Host/pg, (e.Host+e.Size+pg-1)/pg

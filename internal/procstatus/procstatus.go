@@ -47,3 +47,8 @@ func HasCapIPCLock() bool {
 	caps, ok := Field("CapEff")
 	return ok && caps&(1<<14) != 0 // CAP_IPC_LOCK
 }
+
+// HugetlbKiB is the process's memory in hugetlb pages, in KiB (the
+// HugetlbPages field, Linux 4.4 and later). VmLck never counts it, even
+// where it is mlock'ed.
+func HugetlbKiB() (int, bool) { n, ok := Field("HugetlbPages"); return int(n), ok }

@@ -22,4 +22,6 @@ func TestFields(t *testing.T) {
 	require.False(t, ok)
 	_, ok = Field("CapEff")
 	require.True(t, ok)
+	_, ok = HugetlbKiB()
+	require.True(t, ok, "HugetlbPages (Linux 4.4 and later)")
 }

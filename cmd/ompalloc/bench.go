@@ -29,7 +29,8 @@ Measures, on this machine, what deciding whether to pin needs:
   partition_alloc_free  alloc+free of 64 B on allocators with partition
                 environment, nearest, blocked, interleaved (mbind per chunk)
   pin_huge      map+mlock+munlock+unmap of 1 GiB (the largest --sizes when
-                given) with 4 KiB pages and with MADV_HUGEPAGE first
+                given) with 4 KiB pages, with MADV_HUGEPAGE first, and in
+                2 MiB hugetlb pages where enough are free (never reserved)
   h2d, d2h      with a GPU: copy bandwidth against size (4 KiB .. 1 GiB) from
                 pageable, pinned-allocated and registered host memory and,
                 on CUDA, the driver's own peak (cuMemAllocHost memory,
@@ -242,8 +243,12 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		Results: []BenchResult{}, Skipped: []BenchSkip{},
 	}
 	var sections []*benchSection
+	pinHuge, skip := pinHugeSection(c)
+	if skip != nil {
+		rep.Skipped = append(rep.Skipped, *skip)
+	}
 	sections = append(sections, allocSection(c), goroutinesSection(), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
-		partitionSection(), pinHugeSection(c))
+		partitionSection(), pinHuge)
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name}

@@ -64,12 +64,22 @@ func pinHugeSize(c *benchConfig) uintptr {
 }
 
 // pinHugeSection: the cost of pinning a large region (map, mlock, munlock,
-// unmap: what the host device does for a pinned chunk) with 4 KiB pages and
-// with transparent huge pages asked first (MADV_HUGEPAGE), side by side.
-func pinHugeSection(c *benchConfig) *benchSection {
-	s := &benchSection{}
+// unmap: what the host device does for a pinned chunk) with 4 KiB pages,
+// with transparent huge pages asked first (MADV_HUGEPAGE) and in explicit
+// 2 MiB hugetlb pages (the region rounded up to whole pages), side by side.
+// The hugetlb series runs only where the system's pool has enough free
+// pages: bench never resizes the pool; skip says why it did not run.
+func pinHugeSection(c *benchConfig) (s *benchSection, skip *BenchSkip) {
+	s = &benchSection{}
 	n := pinHugeSize(c)
-	for _, series := range []string{"4k", "thp"} {
+	series := []string{"4k", "thp"}
+	tlbN := (n + numa.HugeTLBPage - 1) &^ (numa.HugeTLBPage - 1)
+	if why := hugeTLBShortage(tlbN); why != "" {
+		skip = &BenchSkip{Group: "pin_huge hugetlb", Reason: why}
+	} else {
+		series = append(series, "hugetlb")
+	}
+	for _, series := range series {
 		s.cases = append(s.cases, &benchCase{group: "pin_huge", series: series, size: int64(n),
 			run: func(budget time.Duration) (float64, int, error) {
 				lc, err := loader.C()
@@ -78,21 +88,15 @@ func pinHugeSection(c *benchConfig) *benchSection {
 				}
 				return measure(budget, func(k int) error {
 					for range k {
-						p, err := lc.MapAligned(n, 2<<20)
+						p, m, err := pinHugeMap(lc, series, n, tlbN)
 						if err != nil {
 							return err
 						}
-						if series == "thp" {
-							if err := numa.AdviseHuge(p, n); err != nil {
-								_ = lc.Unmap(p, n)
-								return fmt.Errorf("madvise(MADV_HUGEPAGE): %w", err)
-							}
-						}
-						err = lc.Mlock(p, n)
+						err = lc.Mlock(p, m)
 						if err == nil {
-							err = lc.Munlock(p, n)
+							err = lc.Munlock(p, m)
 						}
-						if uerr := lc.Unmap(p, n); err == nil {
+						if uerr := lc.Unmap(p, m); err == nil {
 							err = uerr
 						}
 						if err != nil {
@@ -103,5 +107,40 @@ func pinHugeSection(c *benchConfig) *benchSection {
 				})
 			}})
 	}
-	return s
+	return s, skip
+}
+
+// pinHugeMap maps the region of one pin_huge series; it returns the bytes
+// mapped (tlbN for hugetlb).
+func pinHugeMap(lc *loader.LibC, series string, n, tlbN uintptr) (uintptr, uintptr, error) {
+	if series == "hugetlb" {
+		p, err := numa.MapHugeTLB(tlbN, numa.HugeTLBPage)
+		return p, tlbN, err
+	}
+	p, err := lc.MapAligned(n, 2<<20)
+	if err != nil {
+		return 0, 0, err
+	}
+	if series == "thp" {
+		if err := numa.AdviseHuge(p, n); err != nil {
+			_ = lc.Unmap(p, n)
+			return 0, 0, fmt.Errorf("madvise(MADV_HUGEPAGE): %w", err)
+		}
+	}
+	return p, n, nil
+}
+
+// hugeTLBShortage says why n bytes of 2 MiB hugetlb pages cannot be had
+// now, or "".
+func hugeTLBShortage(n uintptr) string {
+	pool, ok := numa.HugeTLBPoolNow(numa.HugeTLBPage)
+	if !ok {
+		return "no 2 MiB hugetlb page pool on this system"
+	}
+	need := uint64(n / numa.HugeTLBPage)
+	if pool.Available() < need {
+		return fmt.Sprintf("%d of the %d 2 MiB hugetlb pages it needs are free (pool of %d; reserve them: echo %d > %s/nr_hugepages)",
+			pool.Available(), need, pool.Total, pool.Total+need-pool.Available(), pool.Dir)
+	}
+	return ""
 }

@@ -19,8 +19,10 @@
 // state of the device's pinned registry, the memory spaces and what backs
 // each, the predefined allocators with their memory space and traits, the
 // OMP_ALLOCATOR in force (its value, the default allocator it gave, or the
-// warning that rejected it), RLIMIT_MEMLOCK, VmLck (Linux), and the limit on
-// bytes pinned allocators may lock.
+// warning that rejected it), RLIMIT_MEMLOCK, VmLck (Linux), the limit on
+// bytes pinned allocators may lock, and the pages pinned chunks get (the
+// OMPALLOC_HUGEPAGES mode, bytes in hugetlb pages, fallbacks, the system's
+// 2 MiB hugetlb pool).
 //
 // With --json, stdout is one JSON object (schema "ompalloc-info/1"; fields
 // are only added within a schema version):
@@ -41,7 +43,10 @@
 //	omp_allocator: {set, value, resolved, handle, memspace, traits, warning?}
 //	memlock:      {soft_bytes, hard_bytes (-1 unlimited or n/a), soft, hard ("unlimited", "8 MiB", "n/a"),
 //	               vmlck_bytes (-1 n/a), vmlck, cap_ipc_lock}
-//	pinned:       {limit_bytes (0 none), used_bytes, limit, env (OMPALLOC_PINNED_LIMIT as set)}
+//	pinned:       {limit_bytes (0 none), used_bytes, limit, env (OMPALLOC_PINNED_LIMIT as set),
+//	               huge_pages: {mode (thp, off, hugetlb), env (OMPALLOC_HUGEPAGES as set),
+//	               hugetlb_bytes, hugetlb_fallbacks, pool (a 2 MiB hugetlb pool exists),
+//	               pool_total, pool_free, pool_available (free, not reserved)}}
 //	errors[]?:    parts of the report that could not be read
 //
 // # bench
@@ -58,7 +63,10 @@
 //	partition_alloc_free  alloc+free of 64 B on allocators with each partition trait
 //	              (environment, nearest, blocked, interleaved): the same cost, policy per chunk
 //	pin_huge      pinning 1 GiB (the largest --sizes when given): map, mlock, munlock,
-//	              unmap, with 4 KiB pages ("4k") and with MADV_HUGEPAGE first ("thp")
+//	              unmap, with 4 KiB pages ("4k"), with MADV_HUGEPAGE first ("thp") and
+//	              in 2 MiB hugetlb pages ("hugetlb", rounded up to whole pages) when the
+//	              system's pool has enough free; bench never resizes it: "skipped"
+//	              says how to
 //	h2d, d2h      with a GPU: synchronous copy bandwidth, 4 KiB .. 1 GiB, from pageable,
 //	              pinned-allocated and registered (LockMem) host memory and, on CUDA,
 //	              the driver's own peak: a cuMemAllocHost buffer copied with

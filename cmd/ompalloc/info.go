@@ -132,12 +132,27 @@ type MemlockInfo struct {
 	CapIPCLock bool   `json:"cap_ipc_lock"` // the process may lock memory beyond the limit (root)
 }
 
-// PinnedInfo is the limit on bytes locked by pinned allocators.
+// PinnedInfo is the limit on bytes locked by pinned allocators, and the
+// pages their chunks get.
 type PinnedInfo struct {
-	LimitBytes uint64 `json:"limit_bytes"` // 0: no limit
-	UsedBytes  uint64 `json:"used_bytes"`
-	Limit      string `json:"limit"`
-	Env        string `json:"env"` // OMPALLOC_PINNED_LIMIT as set, "" when unset
+	LimitBytes uint64        `json:"limit_bytes"` // 0: no limit
+	UsedBytes  uint64        `json:"used_bytes"`
+	Limit      string        `json:"limit"`
+	Env        string        `json:"env"` // OMPALLOC_PINNED_LIMIT as set, "" when unset
+	HugePages  HugePagesInfo `json:"huge_pages"`
+}
+
+// HugePagesInfo is the huge page mode of pinned chunks and the system's
+// pool of 2 MiB hugetlb pages.
+type HugePagesInfo struct {
+	Mode          string `json:"mode"` // thp, off, hugetlb
+	Env           string `json:"env"`  // OMPALLOC_HUGEPAGES as set, "" when unset
+	HugeTLBBytes  uint64 `json:"hugetlb_bytes"`
+	Fallbacks     int64  `json:"hugetlb_fallbacks"`
+	Pool          bool   `json:"pool"` // the system has a 2 MiB hugetlb pool
+	PoolTotal     uint64 `json:"pool_total"`
+	PoolFree      uint64 `json:"pool_free"`
+	PoolAvailable uint64 `json:"pool_available"` // free and not reserved by a mapping
 }
 
 func infoFlags() (*flag.FlagSet, *bool) {
@@ -260,6 +275,13 @@ func gatherInfo() *InfoReport {
 		p := PinnedInfo{LimitBytes: uint64(max), UsedBytes: uint64(used), Limit: "none", Env: os.Getenv(alloc.PinnedLimitEnv)}
 		if max > 0 {
 			p.Limit = fmtBytes(int64(max))
+		}
+		st := alloc.Pinned()
+		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(alloc.HugePagesEnv),
+			HugeTLBBytes: uint64(st.HugeTLB), Fallbacks: st.HugeTLBFallbacks}
+		if pool, ok := numa.HugeTLBPoolNow(numa.HugeTLBPage); ok {
+			h := &p.HugePages
+			h.Pool, h.PoolTotal, h.PoolFree, h.PoolAvailable = true, pool.Total, pool.Free, pool.Available()
 		}
 		r.Pinned = p
 	})
@@ -441,6 +463,7 @@ func writeInfo(w io.Writer, r *InfoReport) {
 		limit += fmt.Sprintf(" (default; %s overrides)", alloc.PinnedLimitEnv)
 	}
 	fmt.Fprintf(tw, "  pinned-bytes limit\t%s, %s in use\n", limit, fmtBytes(int64(r.Pinned.UsedBytes)))
+	fmt.Fprintf(tw, "  pinned huge pages\t%s\n", hugePagesLine(r.Pinned.HugePages))
 	tw.Flush()
 
 	if len(r.Errors) > 0 {
@@ -452,3 +475,23 @@ func writeInfo(w io.Writer, r *InfoReport) {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// hugePagesLine: "hugetlb (OMPALLOC_HUGEPAGES=hugetlb): 8 MiB in hugetlb pages (not in VmLck), 0 fallbacks; 2 MiB pool: 16 pages, 12 free".
+func hugePagesLine(h HugePagesInfo) string {
+	var sb strings.Builder
+	sb.WriteString(h.Mode)
+	if h.Env != "" {
+		fmt.Fprintf(&sb, " (%s=%s)", alloc.HugePagesEnv, h.Env)
+	} else {
+		fmt.Fprintf(&sb, " (default; %s=hugetlb asks for hugetlb pages, off for none)", alloc.HugePagesEnv)
+	}
+	if h.Mode == alloc.HugePagesTLB.String() || h.HugeTLBBytes > 0 || h.Fallbacks > 0 {
+		fmt.Fprintf(&sb, ": %s in hugetlb pages (not in VmLck), %d fallbacks to normal pages", fmtBytes(int64(h.HugeTLBBytes)), h.Fallbacks)
+	}
+	if h.Pool {
+		fmt.Fprintf(&sb, "; 2 MiB hugetlb pool: %d pages, %d free, %d available", h.PoolTotal, h.PoolFree, h.PoolAvailable)
+	} else {
+		sb.WriteString("; no 2 MiB hugetlb pool")
+	}
+	return sb.String()
+}

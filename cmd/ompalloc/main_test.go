@@ -180,6 +180,39 @@ func TestInfoJSON(t *testing.T) {
 	}
 }
 
+// The pinned huge page mode is shown as set, and a bad value is warned
+// about and shown as the thp it reads as.
+func TestInfoHugePages(t *testing.T) {
+	for _, tc := range []struct {
+		env, mode, warning string
+	}{
+		{"", "thp", ""},
+		{"hugetlb", "hugetlb", ""},
+		{"off", "off", ""},
+		{"bogus", "thp", `OMPALLOC_HUGEPAGES="bogus": "bogus" is not a huge page mode`},
+	} {
+		t.Run(tc.mode+"/"+tc.env, func(t *testing.T) {
+			rep, stderr := infoJSON(t, "OMPALLOC_HUGEPAGES="+tc.env)
+			h := rep.Pinned.HugePages
+			require.Equal(t, tc.mode, h.Mode)
+			require.Equal(t, tc.env, h.Env)
+			require.Zero(t, h.HugeTLBBytes, "info pins nothing")
+			if tc.warning == "" {
+				require.NotContains(t, stderr, "warning")
+			} else {
+				require.Contains(t, stderr, tc.warning)
+			}
+			_, err := os.Stat("/sys/kernel/mm/hugepages/hugepages-2048kB")
+			require.Equal(t, err == nil, h.Pool, "the 2 MiB pool is reported where sysfs has it")
+			require.LessOrEqual(t, h.PoolAvailable, h.PoolFree)
+			require.LessOrEqual(t, h.PoolFree, h.PoolTotal)
+		})
+	}
+	r := ompalloc(t, []string{"OMPALLOC_HUGEPAGES=hugetlb"}, "info")
+	require.Contains(t, r.stdout, "pinned huge pages")
+	require.Contains(t, r.stdout, "hugetlb (OMPALLOC_HUGEPAGES=hugetlb): 0 B in hugetlb pages (not in VmLck), 0 fallbacks")
+}
+
 func TestInfoOMPAllocator(t *testing.T) {
 	for _, tc := range []struct {
 		value, resolved, warning string
@@ -223,9 +256,10 @@ func benchJSON(t *testing.T, args ...string) *BenchReport {
 func TestBenchJSON(t *testing.T) {
 	rep := benchJSON(t, "--time", "20ms", "--sizes", "64,4096", "--regions", "100,1000")
 	require.Equal(t, (20 * time.Millisecond).Nanoseconds(), rep.TimePerCaseN)
-	count := map[string]int{}
+	count, series := map[string]int{}, map[string]int{}
 	for _, r := range rep.Results {
 		count[r.Group]++
+		series[r.Group+"/"+r.Series]++
 		switch r.Group {
 		case "alloc_free", "lock_regions":
 			// These need nothing but the host: they must work here, except
@@ -269,8 +303,21 @@ func TestBenchJSON(t *testing.T) {
 	require.Equal(t, 2*2, count["block_memory"], "ompalloc, libc malloc × 2 sizes")
 	require.GreaterOrEqual(t, count["lock_size"], 2)
 	require.Equal(t, 2*2, count["lock_regions"], "hit and lookup × 2 counts")
+	skipped := map[string]string{}
+	for _, s := range rep.Skipped {
+		skipped[s.Group] = s.Reason
+	}
+	if why, ok := skipped["pin_huge hugetlb"]; ok {
+		require.Zero(t, series["pin_huge/hugetlb"])
+		require.Contains(t, why, "hugetlb page", "says why")
+		delete(skipped, "pin_huge hugetlb")
+	} else {
+		require.Equal(t, 1, series["pin_huge/hugetlb"], "hugetlb measured where the pool has the pages")
+	}
+	require.Equal(t, 1, series["pin_huge/4k"])
+	require.Equal(t, 1, series["pin_huge/thp"])
 	if rep.Device == nil {
-		require.Len(t, rep.Skipped, 3, "h2d, d2h and small_copy are skipped without an accelerator")
+		require.Len(t, skipped, 3, "h2d, d2h and small_copy are skipped without an accelerator")
 		require.Zero(t, count["h2d"])
 	} else {
 		require.Equal(t, 3*2, count["h2d"])

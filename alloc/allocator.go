@@ -61,6 +61,7 @@ type Allocator struct {
 	// backend: a heap for host memory (plain or pinned), or a device for
 	// target memory spaces.
 	heap   *heap.Heap
+	pool   *pinnedPool // a pinned pool with a heap per NUMA node (heap is its first); nil otherwise
 	target *targetBackend
 
 	fb *Allocator // where a failed allocation goes next; nil = nowhere
@@ -215,7 +216,10 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 			return nil, err
 		}
 	}
-	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0 && a.ptn == nil
+	if pp := pinnedPoolOf(a.heap); pp != nil && pp.multi() {
+		a.pool = pp // try picks the caller's node's heap; off the fast path
+	}
+	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0 && a.ptn == nil && a.pool == nil
 	return a, nil
 }
 

@@ -142,7 +142,13 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 			return nil, err
 		}
 	}
-	p, f, err := a.heap.AllocCounted(size, al, uint32(a.handle), zero, a.shards.t)
+	var p, f uintptr
+	var err error
+	if a.pool != nil {
+		p, f, err = a.pool.alloc(size, al, uint32(a.handle), zero, a.shards.t) // the caller's node's heap
+	} else {
+		p, f, err = a.heap.AllocCounted(size, al, uint32(a.handle), zero, a.shards.t)
+	}
 	if err != nil {
 		a.poolUsed.Add(-foot)
 		return nil, fmt.Errorf("%v: %w", a, err)
@@ -283,7 +289,7 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 			a = Default()
 		}
 	}
-	if a.heap != nil && a.heap == b.Heap && uint32(a.handle) == b.Owner && !a.destroyed.Load() {
+	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && uint32(a.handle) == b.Owner && !a.destroyed.Load() {
 		// Within its size class or page run the block grows (or shrinks) in
 		// place: same footprint, so the quota does not change either.
 		if old, ok, err := heap.ResizeInClass(uintptr(p), size, a.align); err == nil && ok {

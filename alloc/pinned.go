@@ -17,7 +17,9 @@ import (
 	"github.com/ompalloc/ompalloc/traits"
 )
 
-// Pinned memory is served by one caching heap per device: chunks are mapped,
+// Pinned memory is served by one caching pool per device (one heap, or one
+// per NUMA node for the host device on a multi-node machine: pinnodes.go):
+// chunks are mapped,
 // locked through the device (mlock on the host, cuMemHostRegister or
 // hsa_amd_memory_lock on a GPU) and registered in its registry once, then
 // sub-allocated like any heap. Small blocks share locked chunks; freed
@@ -26,14 +28,13 @@ import (
 // Trim unlocks what is idle, and so does the destruction of the last
 // allocator drawing on a pool (see PinnedPools for the policy).
 const (
-	pinnedKeepChunks = 4         // 16 MiB of empty locked chunks kept
-	pinnedKeepHuge   = 256 << 20 // bytes of freed huge locked regions kept
+	pinnedKeepChunks = 4         // 16 MiB of empty locked chunks kept (per heap: per node)
+	pinnedKeepHuge   = 256 << 20 // bytes of freed huge locked regions kept (per heap)
 )
 
 var (
 	pinnedMu    sync.Mutex
-	pinnedHeaps = map[int]*heap.Heap{}
-	pinSources  = map[int]*pinSource{}
+	pinnedPools = map[int]*pinnedPool{} // by device (pinnodes.go)
 )
 
 // Shutdown of the devices must not pull locked chunks from under the pinned
@@ -50,29 +51,43 @@ func pinDevice(set traits.Set) (int, error) {
 	return target.DefaultDevice(), nil
 }
 
-func pinnedHeap(dev int) *heap.Heap {
+// pinnedHeap returns the home heap of device dev's pinned pool: its only
+// heap, or the first node's when it has one per node (pinnedPoolOf tells).
+func pinnedHeap(dev int) *heap.Heap { return pinnedPoolFor(dev).heaps[0] }
+
+func pinnedPoolFor(dev int) *pinnedPool {
 	pinnedMu.Lock()
 	defer pinnedMu.Unlock()
-	h := pinnedHeaps[dev]
-	if h == nil {
-		name := fmt.Sprintf("pinned(device %d)", dev)
-		src := &pinSource{dev: dev, name: "the pinned heap of device " + fmt.Sprint(dev)}
-		h = heap.New(src, heap.Config{Name: name, KeepChunks: pinnedKeepChunks, KeepHuge: pinnedKeepHuge})
-		pinnedHeaps[dev] = h
-		pinSources[dev] = src
+	pp := pinnedPools[dev]
+	if pp == nil {
+		pp = newPinnedPool(dev)
+		pinnedPools[dev] = pp
 	}
-	return h
+	return pp
+}
+
+// pinnedPoolOf returns the pinned pool whose home heap is h, if any.
+func pinnedPoolOf(h *heap.Heap) *pinnedPool {
+	if h == nil {
+		return nil
+	}
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	for _, pp := range pinnedPools {
+		if pp.heaps[0] == h {
+			return pp
+		}
+	}
+	return nil
 }
 
 func trimPinned() {
 	pinnedMu.Lock()
-	hs := make([]*heap.Heap, 0, len(pinnedHeaps))
-	for _, h := range pinnedHeaps {
-		hs = append(hs, h)
-	}
-	srcs := make([]*pinSource, 0, len(pinSources))
-	for _, s := range pinSources {
-		srcs = append(srcs, s)
+	var hs []*heap.Heap
+	var srcs []*pinSource
+	for _, pp := range pinnedPools {
+		hs = append(hs, pp.heaps...)
+		srcs = append(srcs, pp.srcs...)
 	}
 	pinnedMu.Unlock()
 	for _, h := range hs {
@@ -87,6 +102,7 @@ func trimPinned() {
 // (target.Device.HoldMem), so that a user's unlock cannot unlock it.
 type pinSource struct {
 	dev  int
+	node int    // the node its chunks prefer; -1: the device's (Info().NUMANode)
 	name string // the owner the registry names
 
 	mu      sync.Mutex
@@ -137,7 +153,11 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 		err = fault.Check(fault.PinLock)
 	}
 	if err == nil {
-		placeNearDevice(p, n, d.Info().NUMANode) // before locking faults the pages in (numa.go)
+		node := s.node
+		if node < 0 {
+			node = d.Info().NUMANode
+		}
+		placeNearDevice(p, n, node) // before locking faults the pages in (numa.go)
 		start := time.Now()
 		_, err = d.HoldMem(p, lockN, s.name)
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
@@ -332,11 +352,13 @@ type PinnedStats struct {
 func Pinned() PinnedStats {
 	pinnedMu.Lock()
 	var st PinnedStats
-	for dev, h := range pinnedHeaps {
-		hs := h.Stats()
-		b, c := pinSources[dev].stuckBytes()
-		st.Bytes += hs.Mapped + b
-		st.Chunks += hs.Chunks + c
+	for _, pp := range pinnedPools {
+		for i, h := range pp.heaps {
+			hs := h.Stats()
+			b, c := pp.srcs[i].stuckBytes()
+			st.Bytes += hs.Mapped + b
+			st.Chunks += hs.Chunks + c
+		}
 	}
 	pinnedMu.Unlock()
 	st.Limit, _ = PinnedLimit()

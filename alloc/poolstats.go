@@ -46,6 +46,34 @@ type PoolStats struct {
 	Locks    int64         // lock calls made for the pool
 	Unlocks  int64         // unlock calls that succeeded
 	LockTime time.Duration // time spent in lock and unlock calls
+
+	// Nodes is the pool per NUMA node, ascending: one entry with Node -1
+	// for a pool with one heap (a device whose node is known keeps its
+	// chunks there: Device's NUMANode), else one per node with CPUs and
+	// memory (the host device on a multi-node machine). The fields above
+	// are the sums of these.
+	Nodes []NodePoolStats
+	// FarAllocs counts allocations a heap served to a caller of another
+	// node because the caller's node's heap could get no memory (the sum
+	// of Nodes' FarAllocs).
+	FarAllocs int64
+}
+
+// NodePoolStats is the part of a pinned pool whose chunks prefer one node.
+type NodePoolStats struct {
+	Node       int     // -1: the pool's single heap (the device's node)
+	Locked     uintptr // as PoolStats
+	Idle       uintptr
+	Chunks     int
+	IdleChunks int
+	Huge       int
+	Retained   uintptr
+	Stuck      int
+	HugeTLB    uintptr
+	Locks      int64
+	Unlocks    int64
+	LockTime   time.Duration
+	FarAllocs  int64 // allocations this heap served to callers of other nodes
 }
 
 // poolCounts are a pool's lock calls (in its pinSource).
@@ -58,9 +86,9 @@ type poolCounts struct {
 func PinnedPools() []PoolStats {
 	pinnedMu.Lock()
 	defer pinnedMu.Unlock()
-	out := make([]PoolStats, 0, len(pinnedHeaps))
-	for dev, h := range pinnedHeaps {
-		out = append(out, poolStatsLocked(dev, h))
+	out := make([]PoolStats, 0, len(pinnedPools))
+	for _, pp := range pinnedPools {
+		out = append(out, poolStatsLocked(pp))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
 	return out
@@ -70,37 +98,72 @@ func PinnedPools() []PoolStats {
 func PinnedPool(dev int) (PoolStats, bool) {
 	pinnedMu.Lock()
 	defer pinnedMu.Unlock()
-	h, ok := pinnedHeaps[dev]
+	pp, ok := pinnedPools[dev]
 	if !ok {
 		return PoolStats{}, false
 	}
-	return poolStatsLocked(dev, h), true
+	return poolStatsLocked(pp), true
+}
+
+// PinnedPoolNodes returns the NUMA nodes device dev's pinned pool keeps a
+// heap for, whether or not the pool exists yet: nil for one heap (the
+// device's node, or a one-node machine).
+func PinnedPoolNodes(dev int) []int {
+	pinnedMu.Lock()
+	pp, ok := pinnedPools[dev]
+	pinnedMu.Unlock()
+	if ok {
+		if !pp.multi() {
+			return nil
+		}
+		return append([]int(nil), pp.nodes...)
+	}
+	return poolNodes(poolTopology(), deviceNode(dev))
 }
 
 // poolStatsLocked reads one pool. pinnedMu held.
-func poolStatsLocked(dev int, h *heap.Heap) PoolStats {
-	hs := h.Stats()
-	src := pinSources[dev]
-	stuckB, stuckN := src.stuckBytes()
-	return PoolStats{
-		Device:     dev,
-		Locked:     hs.Mapped + stuckB,
-		Idle:       uintptr(hs.EmptyChunks)*heap.ChunkSize + hs.Retained + hs.Spare,
-		Chunks:     hs.Chunks,
-		IdleChunks: hs.EmptyChunks,
-		Huge:       hs.Huge,
-		Retained:   hs.Retained,
-		Stuck:      stuckN,
-		HugeTLB:    hugeTLBBytes(src),
-		Locks:      src.counts.locks.Load(),
-		Unlocks:    src.counts.unlocks.Load(),
-		LockTime:   time.Duration(src.counts.nanos.Load()),
+func poolStatsLocked(pp *pinnedPool) PoolStats {
+	st := PoolStats{Device: pp.dev}
+	for i, h := range pp.heaps {
+		hs := h.Stats()
+		src := pp.srcs[i]
+		stuckB, stuckN := src.stuckBytes()
+		n := NodePoolStats{
+			Node:       pp.nodes[i],
+			Locked:     hs.Mapped + stuckB,
+			Idle:       uintptr(hs.EmptyChunks)*heap.ChunkSize + hs.Retained + hs.Spare,
+			Chunks:     hs.Chunks,
+			IdleChunks: hs.EmptyChunks,
+			Huge:       hs.Huge,
+			Retained:   hs.Retained,
+			Stuck:      stuckN,
+			HugeTLB:    hugeTLBBytes(src),
+			Locks:      src.counts.locks.Load(),
+			Unlocks:    src.counts.unlocks.Load(),
+			LockTime:   time.Duration(src.counts.nanos.Load()),
+			FarAllocs:  pp.far[i].Load(),
+		}
+		st.Locked += n.Locked
+		st.Idle += n.Idle
+		st.Chunks += n.Chunks
+		st.IdleChunks += n.IdleChunks
+		st.Huge += n.Huge
+		st.Retained += n.Retained
+		st.Stuck += n.Stuck
+		st.HugeTLB += n.HugeTLB
+		st.Locks += n.Locks
+		st.Unlocks += n.Unlocks
+		st.LockTime += n.LockTime
+		st.FarAllocs += n.FarAllocs
+		st.Nodes = append(st.Nodes, n)
 	}
+	return st
 }
 
-// isPinnedHeap reports whether h is a device's pinned pool (not the shared
-// host heap, nor a NUMA-placed one). The answer for a heap never changes, so
-// it is cached: Inspect, and so every Bytes.Free, asks without a lock.
+// isPinnedHeap reports whether h is a heap of a device's pinned pool (not
+// the shared host heap, nor a NUMA-placed one). The answer for a heap never
+// changes, so it is cached (pinned heaps from their making: newPinnedPool):
+// Inspect, and so every Bytes.Free, asks without a lock.
 func isPinnedHeap(h *heap.Heap) bool {
 	if h == nil {
 		return false
@@ -110,8 +173,8 @@ func isPinnedHeap(h *heap.Heap) bool {
 	}
 	pinnedMu.Lock()
 	is := false
-	for _, p := range pinnedHeaps {
-		is = is || p == h
+	for _, pp := range pinnedPools {
+		is = is || pp.has(h)
 	}
 	pinnedMu.Unlock()
 	pinnedHeapSet.Store(h, is) // the cache keeps h alive: its pointer is never another heap's
@@ -131,6 +194,12 @@ func (a *Allocator) leavePool() {
 		if b != nil && b != a && b.heap == a.heap && !b.destroyed.Load() {
 			return
 		}
+	}
+	if a.pool != nil {
+		for _, h := range a.pool.heaps {
+			h.Trim() // a chunk the device refuses to unlock waits for Trim
+		}
+		return
 	}
 	a.heap.Trim() // a chunk the device refuses to unlock waits for Trim
 }

@@ -1,0 +1,248 @@
+package alloc
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+	"github.com/ompalloc/ompalloc/target"
+)
+
+// A device's pinned pool keeps its free lists per NUMA node where that
+// matters. A device whose node is known (a GPU: its PCI slot's node) has one
+// heap, whose chunks prefer that node. The host device, and any device whose
+// node is unknown, on a machine with more than one node with CPUs and
+// memory, has one heap per such node: each chunk prefers its heap's node
+// (mbind before locking), and an allocation is served by the heap of the
+// caller's node. Only when that heap cannot get memory (the pinned-bytes
+// limit, a failed lock) do the other nodes' heaps serve it, nearest first;
+// PoolStats.FarAllocs counts those. A freed block goes back to the heap of
+// its chunk (the heap's radix table says which), so near memory is never
+// handed to a far caller while the near heap has any.
+//
+// On a one-node machine the pool is one heap and the allocator's fast path
+// is unchanged: no node lookup at all.
+type pinnedPool struct {
+	dev   int
+	heaps []*heap.Heap   // one, or one per node (ascending node)
+	srcs  []*pinSource   // heaps[i]'s source
+	nodes []int          // heaps[i]'s node; [-1] for a single heap (the device's node)
+	near  []int          // caller's node → index of its heap (the nearest heap's node)
+	order [][]int        // per heap: every heap index, that one first, then by distance
+	far   []atomic.Int64 // per heap: allocations it served to callers of another node
+}
+
+// multi reports whether the pool has a heap per node (and its allocators
+// pick one per allocation).
+func (pp *pinnedPool) multi() bool { return len(pp.heaps) > 1 }
+
+// Test hooks (set only by tests, before any pool they check exists): the
+// topology the pools split by, the node of a device, and the node of the
+// calling thread. Chunks are still placed with the machine's topology
+// (placeNearDevice), so a fixture node the machine lacks is never bound.
+var (
+	poolTopology = numa.System
+	deviceNode   = func(dev int) int {
+		d, err := target.Get(dev)
+		if err != nil {
+			return -1
+		}
+		return d.Info().NUMANode
+	}
+	currentNode = func() int {
+		n, err := numa.CurrentNode()
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+)
+
+// poolNodes returns the nodes a pool of a device on node devNode keeps heaps
+// for: nil for one heap (a known device node, or fewer than two nodes with
+// CPUs and memory).
+func poolNodes(top *numa.Topology, devNode int) []int {
+	if devNode >= 0 {
+		if _, ok := top.Node(devNode); ok {
+			return nil
+		}
+	}
+	var nodes []int
+	for _, n := range top.Nodes {
+		if len(n.CPUs) > 0 && n.MemTotal > 0 {
+			nodes = append(nodes, n.ID)
+		}
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	return nodes
+}
+
+func newPinnedPool(dev int) *pinnedPool {
+	top := poolTopology()
+	nodes := poolNodes(top, deviceNode(dev))
+	pp := &pinnedPool{dev: dev}
+	if nodes == nil {
+		name := fmt.Sprintf("pinned(device %d)", dev)
+		pp.add(name, &pinSource{dev: dev, node: -1, name: "the pinned heap of device " + fmt.Sprint(dev)})
+		pp.nodes, pp.near, pp.order = []int{-1}, nil, [][]int{{0}}
+		pp.far = make([]atomic.Int64, 1)
+		return pp
+	}
+	for _, n := range nodes {
+		name := fmt.Sprintf("pinned(device %d, node %d)", dev, n)
+		pp.add(name, &pinSource{dev: dev, node: n, name: fmt.Sprintf("the pinned heap of device %d on node %d", dev, n)})
+	}
+	pp.nodes = nodes
+	pp.far = make([]atomic.Int64, len(nodes))
+	maxID := 0
+	for _, n := range top.Nodes {
+		maxID = max(maxID, n.ID)
+	}
+	index := func(node int) int {
+		for i, n := range nodes {
+			if n == node {
+				return i
+			}
+		}
+		return 0
+	}
+	pp.near = make([]int, maxID+1)
+	for id := range pp.near {
+		pp.near[id] = index(top.Nearest(id, nodes)) // unknown ids: Nearest gives the lowest node, heap 0
+	}
+	for i, n := range nodes {
+		rest := make([]int, 0, len(nodes))
+		rest = append(rest, i)
+		left := append([]int(nil), nodes...)
+		left = append(left[:i], left[i+1:]...)
+		for len(left) > 0 {
+			m := top.Nearest(n, left)
+			rest = append(rest, index(m))
+			for k, x := range left {
+				if x == m {
+					left = append(left[:k], left[k+1:]...)
+					break
+				}
+			}
+		}
+		pp.order = append(pp.order, rest)
+	}
+	return pp
+}
+
+func (pp *pinnedPool) add(name string, src *pinSource) {
+	h := heap.New(src, heap.Config{Name: name, KeepChunks: pinnedKeepChunks, KeepHuge: pinnedKeepHuge})
+	pinnedHeapSet.Store(h, true) // before any block of it exists to ask about
+	pp.heaps = append(pp.heaps, h)
+	pp.srcs = append(pp.srcs, src)
+}
+
+// alloc serves one allocation of a multi-node pool: the caller's node's
+// heap, else the others nearest first (counted in far). A far heap is
+// asked as it is: it serves from what it has cached, and locks a new chunk
+// only if the limit and the device let it, which after the near heap failed
+// takes a race with a free.
+func (pp *pinnedPool) alloc(size, align uintptr, owner uint32, zero bool, t *heap.Tally) (p, foot uintptr, err error) {
+	i := 0
+	if n := callerNode(); uint(n) < uint(len(pp.near)) {
+		i = pp.near[n]
+	}
+	order := pp.order[i]
+	p, foot, err = pp.heaps[i].AllocCounted(size, align, owner, zero, t)
+	if err == nil {
+		return p, foot, nil
+	}
+	for _, j := range order[1:] {
+		if q, f, ferr := pp.heaps[j].AllocCounted(size, align, owner, zero, t); ferr == nil {
+			pp.far[j].Add(1)
+			return q, f, nil
+		}
+	}
+	return 0, 0, err
+}
+
+// has reports whether h is one of the pool's heaps.
+func (pp *pinnedPool) has(h *heap.Heap) bool {
+	for _, x := range pp.heaps {
+		if x == h {
+			return true
+		}
+	}
+	return false
+}
+
+// The caller's node is cached per P and refreshed with getcpu(2) every
+// nodeRefresh allocations on that P: a syscall per pinned allocation would
+// cost more than the allocation (~40 ns). The answer is a hint either way:
+// a goroutine moves between threads, and a thread between CPUs, unless the
+// thread is locked (runtime.LockOSThread) and its affinity set; even then,
+// the P it runs on may carry the node of the thread that ran there before,
+// for up to nodeRefresh allocations.
+const nodeRefresh = 64
+
+type nodeSlot struct {
+	guard pcpu.Guard
+	node  int32
+	left  int32 // allocations before the next getcpu
+	_     [56]byte
+}
+
+var (
+	nodeSlots  atomic.Pointer[[]nodeSlot]
+	nodeSlotMu sync.Mutex
+)
+
+func init() { resetCallerNodes() }
+
+// resetCallerNodes forgets every P's cached node (tests, after changing
+// currentNode; GOMAXPROCS growth).
+func resetCallerNodes() {
+	s := make([]nodeSlot, runtime.GOMAXPROCS(0))
+	nodeSlots.Store(&s)
+}
+
+// callerNode returns the calling thread's node, from the P's cache.
+func callerNode() int {
+	pid := pcpu.Pin()
+	if s := *nodeSlots.Load(); pid < len(s) {
+		c := &s[pid]
+		c.guard.Lock()
+		if c.left > 0 {
+			c.left--
+			n := c.node
+			c.guard.Unlock()
+			pcpu.Unpin()
+			return int(n)
+		}
+		c.guard.Unlock()
+	}
+	pcpu.Unpin()
+	return refreshCallerNode()
+}
+
+// refreshCallerNode asks the kernel, and caches the answer for this P.
+func refreshCallerNode() int {
+	n := currentNode()
+	pid := pcpu.Pin()
+	if s := *nodeSlots.Load(); pid < len(s) {
+		c := &s[pid]
+		c.guard.Lock()
+		c.node, c.left = int32(n), nodeRefresh-1
+		c.guard.Unlock()
+		pcpu.Unpin()
+		return n
+	}
+	pcpu.Unpin()
+	nodeSlotMu.Lock() // GOMAXPROCS grew
+	if len(*nodeSlots.Load()) < runtime.GOMAXPROCS(0) {
+		resetCallerNodes()
+	}
+	nodeSlotMu.Unlock()
+	return n
+}

@@ -138,7 +138,15 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	data, err = os.ReadFile(filepath.Join(resOut, "bench.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(data, &rep))
-	require.Empty(t, rep.Skipped)
+	// The hugetlb series of pin_huge needs pages the host reserved
+	// (nr_hugepages): their absence says something about this machine's
+	// pool, not the bundle, and bench says so; every other series must run.
+	for _, sk := range rep.Skipped {
+		if sk.Group == "pin_huge hugetlb" {
+			continue
+		}
+		require.Fail(t, "a bench series skipped", "%+v", sk)
+	}
 	seen := map[string]int{}
 	for _, r := range rep.Results {
 		if r.Group != "h2d" && r.Group != "d2h" {

@@ -75,6 +75,7 @@ type DeviceInfo struct {
 	Capability  string       `json:"capability"`
 	NUMANode    int          `json:"numa_node"` // -1: unknown
 	Registry    RegistryInfo `json:"registry"`
+	PinnedPool  PoolInfo     `json:"pinned_pool"`
 	Usable      bool         `json:"usable"`          // info opens every device to tell
 	Error       string       `json:"error,omitempty"` // why it cannot be used (it keeps its number)
 }
@@ -87,6 +88,25 @@ type RegistryInfo struct {
 	RegisteredBytes uint64 `json:"registered_bytes"`
 	Hits            uint64 `json:"hits"`
 	Misses          uint64 `json:"misses"`
+}
+
+// PoolInfo is a device's pinned pool: split per NUMA node (the host
+// device, or one of unknown node, on a machine with two or more nodes with
+// CPUs), or one heap on the device's node.
+type PoolInfo struct {
+	Nodes     []int          `json:"nodes"`      // nodes with a heap of their own; empty: one heap
+	Heaps     []PoolHeapInfo `json:"heaps"`      // empty until a pinned allocator first uses the pool
+	FarAllocs int64          `json:"far_allocs"` // allocations served by another node's heap
+}
+
+// PoolHeapInfo is one heap of a pinned pool.
+type PoolHeapInfo struct {
+	Node        int    `json:"node"` // -1: the pool's single heap
+	LockedBytes uint64 `json:"locked_bytes"`
+	IdleBytes   uint64 `json:"idle_bytes"`
+	Chunks      int    `json:"chunks"`
+	Huge        int    `json:"huge"`
+	FarAllocs   int64  `json:"far_allocs"` // served to callers of other nodes
 }
 
 // MemspaceInfo is a predefined memory space and what backs it.
@@ -226,6 +246,7 @@ func gatherInfo() *InfoReport {
 					Entries: st.Entries, LockedBytes: uint64(st.LockedBytes), ExternalBytes: uint64(st.ExternalBytes),
 					RegisteredBytes: uint64(st.RegisteredBytes), Hits: st.Hits, Misses: st.Misses,
 				},
+				PinnedPool: poolInfo(d.ID),
 			})
 		}
 	})
@@ -286,6 +307,42 @@ func gatherInfo() *InfoReport {
 		r.Pinned = p
 	})
 	return r
+}
+
+// poolInfo reads device dev's pinned pool; info itself pins nothing, so
+// the pool exists only if something in this process made it.
+func poolInfo(dev int) PoolInfo {
+	p := PoolInfo{Nodes: alloc.PinnedPoolNodes(dev), Heaps: []PoolHeapInfo{}}
+	if p.Nodes == nil {
+		p.Nodes = []int{}
+	}
+	if st, ok := alloc.PinnedPool(dev); ok {
+		p.FarAllocs = st.FarAllocs
+		for _, n := range st.Nodes {
+			p.Heaps = append(p.Heaps, PoolHeapInfo{Node: n.Node, LockedBytes: uint64(n.Locked), IdleBytes: uint64(n.Idle),
+				Chunks: n.Chunks, Huge: n.Huge, FarAllocs: n.FarAllocs})
+		}
+	}
+	return p
+}
+
+// poolLines describes a device's pinned pool below the devices table, only
+// where it is split per node (one heap says nothing a reader needs).
+func poolLines(d DeviceInfo) []string {
+	p := d.PinnedPool
+	if len(p.Nodes) == 0 {
+		return nil
+	}
+	out := []string{fmt.Sprintf("  device %d pinned pool: a heap per NUMA node %s (callers use their node's; another's only when it has no memory)",
+		d.Number, numa.FormatList(p.Nodes))}
+	if len(p.Heaps) == 0 {
+		return append(out, "    not made yet (no pinned allocation in this process)")
+	}
+	for _, h := range p.Heaps {
+		out = append(out, fmt.Sprintf("    node %d: %s locked, %s idle, %d chunks, %d huge, %d far allocs",
+			h.Node, fmtBytes(int64(h.LockedBytes)), fmtBytes(int64(h.IdleBytes)), h.Chunks, h.Huge, h.FarAllocs))
+	}
+	return out
 }
 
 func limitText(v int64) string {
@@ -408,6 +465,11 @@ func writeInfo(w io.Writer, r *InfoReport) {
 			fmtBytes(int64(d.MemoryBytes)), dash(d.Capability), numa, reg)
 	}
 	tw.Flush()
+	for _, d := range r.Devices {
+		for _, l := range poolLines(d) {
+			fmt.Fprintln(w, l)
+		}
+	}
 	for _, d := range r.Devices {
 		if !d.Usable {
 			fmt.Fprintf(w, "  device %d cannot be used (it keeps its number; the others work): %s\n", d.Number, d.Error)

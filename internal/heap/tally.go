@@ -34,13 +34,11 @@ type tallyShard struct {
 	fallbacks uint64
 	mark      int64 // bytes when the peak was last sampled
 	// inflight counts operations begun on this P (Enter) less those ended
-	// on it (Exit); only the sum over Ps means anything. Atomic, unlike the
-	// counters above: Enter and InFlight form a store-then-load handshake
-	// with the owner's closed flag, which needs sequentially consistent
-	// accesses on both sides (a plain store could still sit in the store
-	// buffer when the flag is read). The line is this P's own, so the
-	// atomic add is uncontended.
-	inflight atomic.Int64
+	// on it (Exit); only the sum over Ps means anything. Enter and InFlight
+	// form a store-then-load handshake with the owner's closed flag (see
+	// Enter): with pcpu.HasBarrier the P writes it with plain instructions
+	// and the reader issues the barrier; without, every access is atomic.
+	inflight int64
 	_        [128 - 7*8 - unsafe.Sizeof(pcpu.Guard{})]byte
 }
 
@@ -166,24 +164,39 @@ func (t *Tally) Fallback() {
 // Enter must be matched by one Exit, on any P.
 //
 // Why the closer's wait (InFlight after setting closed) never reads a false
-// zero: the increment and the load of closed, and the closer's store of
-// closed and its loads of the shards, are sequentially consistent atomics.
-// An Enter that read closed unset therefore incremented before the closer
-// set it, so the closer's loads, all after the store, see that increment.
-// An Enter that saw closed set undoes its increment on the same shard, so
-// the closer sees both, neither or only the increment (a positive sum: it
-// waits again). Each shard's value is thus at least the successful Enters
-// counted there less the Exits done there, and the sum over shards is zero
-// only once every successful Enter has had its Exit, wherever each ran.
+// zero. Enter's increment must be visible to the closer's loads of the
+// shards, or Enter's load of closed must see the closer's store: Dekker's
+// handshake, which needs a full barrier between each side's store and its
+// load. Without pcpu.HasBarrier both sides use sequentially consistent
+// atomics (a locked add here, two per operation). With it, Enter and Exit
+// use plain instructions on their own P's shard, and InFlight runs
+// pcpu.Barrier (membarrier) before its loads, which puts a barrier into
+// every thread, between its earlier stores and its later loads, at some
+// moment after the store of closed: an Enter that read closed unset did so
+// before that moment, so its increment, stored earlier, is visible to the
+// loads after it. (The compiler keeps a plain store before an atomic load:
+// atomic loads are ordered memory operations in Go.) An Enter that saw
+// closed set undoes its increment on the same shard, so the closer sees
+// both, neither or only the increment (a positive sum: it waits again).
+// Each shard's value is thus at least the successful Enters counted there
+// less the Exits done there, and the sum over shards is zero only once
+// every successful Enter has had its Exit, wherever each ran.
 func (t *Tally) Enter(closed *atomic.Bool) bool {
 	for {
 		pid := pcpu.Pin()
 		if s := *t.shards.Load(); pid < len(s) {
 			sh := s[pid]
-			sh.inflight.Add(1)
-			ok := !closed.Load()
-			if !ok {
-				sh.inflight.Add(-1)
+			var ok bool
+			if pcpu.HasBarrier {
+				sh.inflight++
+				if ok = !closed.Load(); !ok {
+					sh.inflight--
+				}
+			} else {
+				atomic.AddInt64(&sh.inflight, 1)
+				if ok = !closed.Load(); !ok {
+					atomic.AddInt64(&sh.inflight, -1)
+				}
 			}
 			pcpu.Unpin()
 			return ok
@@ -195,21 +208,34 @@ func (t *Tally) Enter(closed *atomic.Bool) bool {
 
 // Exit ends an operation begun with Enter.
 func (t *Tally) Exit() {
-	pid := pcpu.Pin()
-	s := *t.shards.Load()
-	if pid >= len(s) { // GOMAXPROCS grew since Enter: any shard will do
-		pid = 0
+	for {
+		pid := pcpu.Pin()
+		if s := *t.shards.Load(); pid < len(s) {
+			// This P's own shard, even when GOMAXPROCS grew since Enter: a
+			// plain decrement of another P's shard could undo its writes.
+			if pcpu.HasBarrier {
+				s[pid].inflight--
+			} else {
+				atomic.AddInt64(&s[pid].inflight, -1)
+			}
+			pcpu.Unpin()
+			return
+		}
+		pcpu.Unpin()
+		t.grow()
 	}
-	s[pid].inflight.Add(-1)
-	pcpu.Unpin()
 }
 
 // InFlight returns the operations begun with Enter and not yet ended,
-// summed over every P (see Enter for why, once closed is set, a zero is
-// final).
+// summed over every P. Called after closed is set, a zero is final (see
+// Enter); it costs a process-wide barrier (a few microseconds) where
+// pcpu.HasBarrier, so it is for the rare closing side only.
 func (t *Tally) InFlight() (n int64) {
+	if pcpu.HasBarrier {
+		pcpu.Barrier()
+	}
 	for _, sh := range *t.shards.Load() {
-		n += sh.inflight.Load()
+		n += atomic.LoadInt64(&sh.inflight)
 	}
 	return n
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package pcpu
+
+func initBarrier() bool { return false }
+
+func barrier() { panic("pcpu: no process-wide barrier on this system (HasBarrier is false)") }

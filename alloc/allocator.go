@@ -391,8 +391,12 @@ func (a *Allocator) Destroy() error {
 // now: no block live and no allocation that could still count one. (A free
 // racing with Destroy may find the last block gone while an allocation that
 // began before Destroy is still counting its own.)
+//
+// The first live count only filters: while blocks are live (each free of a
+// destroyed allocator's leftovers asks) it answers without InFlight's
+// process-wide barrier. The answer is the second, read after InFlight.
 func (a *Allocator) releasable() bool {
-	return a.destroyed.Load() && a.shards.t.InFlight() == 0 && a.shards.live() == 0
+	return a.destroyed.Load() && a.shards.live() == 0 && a.shards.t.InFlight() == 0 && a.shards.live() == 0
 }
 
 // release frees the handle for reuse once a destroyed allocator has no live

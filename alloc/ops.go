@@ -72,6 +72,17 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 	// heap.Tally.Enter); predefined allocators are never destroyed and skip
 	// the count. Enter also checks the destroyed flag.
 	counted := a.handle >= firstRuntimeHandle
+	if counted && a.plain && !leakCheck.Load() {
+		// The common case in one pinned section, Enter and Exit included
+		// (where membarrier gives their protocol plain stores).
+		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), uint32(a.handle), zero, a.shards.t, &a.destroyed)
+		if ok {
+			return cmem.Ptr(q), nil
+		}
+		if refused {
+			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
+		}
+	}
 	if counted {
 		if !a.shards.t.Enter(&a.destroyed) {
 			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
@@ -254,7 +265,7 @@ func freeNow(p unsafe.Pointer) error {
 	if a.traits.PoolSize > 0 {
 		a.releasePool(poolCharge(uintptr(p), b.Footprint))
 	}
-	if a.releasable() {
+	if a.destroyed.Load() && a.releasable() { // the flag inline: releasable is not
 		a.release()
 	}
 	return nil

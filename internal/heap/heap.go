@@ -274,7 +274,67 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	} else if sample {
 		t.SamplePeak()
 	}
-	p = slot + off
+	p = h.handOut(slot, off, size, owner, zero)
+	return p, footprint, nil
+}
+
+// AllocGuarded serves an owner whose closing waits for its allocations in
+// flight (closed is its flag; see Tally.Enter) from the P's cache alone, in
+// one pinned section: Enter's mark, the check of closed, the pop, the count
+// and Exit's unmark, where AllocCounted between Enter and Exit pins three
+// times. Only with pcpu.HasBarrier, whose protocol it follows (plain stores
+// on the P's shard; the closer's InFlight runs the barrier). ok false (no
+// barrier, a large block, nothing cached for the class, a P without a cache
+// or shard yet) means nothing was done: the caller takes the general path
+// between Enter and Exit. refused: closed was set.
+func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
+	if !pcpu.HasBarrier || size > maxSmall || owner > maxOwner {
+		return 0, 0, false, false
+	}
+	if align < minAlign {
+		align = minAlign
+	}
+	off := offFor(align)
+	c := classFor(max(size, 1)+off, align)
+	if c < 0 {
+		return 0, 0, false, false
+	}
+	footprint = classSize[c]
+	var slot uintptr
+	sample := false
+	pid := pcpu.Pin()
+	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
+		sh := ts[pid]
+		sh.inflight++ // Enter's mark: the load of closed below must not pass it (see Enter)
+		if closed.Load() {
+			refused = true
+		} else {
+			pc := cs[pid]
+			pc.guard.Lock()
+			l := &pc.lists[c]
+			if slot = l.head; slot != 0 {
+				l.head = link(slot)
+				l.n--
+				_, sample = t.countPinned(pid, true, int64(size), int64(footprint)) // pid has a shard
+			}
+			pc.guard.Unlock()
+		}
+		sh.inflight-- // Exit's
+	}
+	pcpu.Unpin()
+	if slot == 0 {
+		return 0, 0, false, refused
+	}
+	if sample {
+		t.SamplePeak()
+	}
+	return h.handOut(slot, off, size, owner, zero), footprint, true, false
+}
+
+// handOut writes the header of a slot taken for a block and clears what a
+// zero request needs cleared; it returns the user pointer.
+func (h *Heap) handOut(slot, off, size uintptr, owner uint32, zero bool) uintptr {
+	p := slot + off
 	clear := zero && !neverUsed(slot) // before the header and mark change it
 	// Plain stores: the block is not yet shared, and whoever frees it later
 	// learns of it through the program's own synchronisation.
@@ -289,7 +349,7 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 		// Never used, but a free list ran through its first word.
 		cmem.Zero(p, min(size, 8))
 	}
-	return p, footprint, nil
+	return p
 }
 
 // Free releases the block at p, whichever heap it came from. Foreign and

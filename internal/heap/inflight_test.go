@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
 func TestTallyEnterExit(t *testing.T) {
@@ -61,5 +63,128 @@ func TestTallyCloseWaitsForInFlight(t *testing.T) {
 		require.Zero(t, inside.Load(), "round %d: an operation still runs after the wait", r)
 		wg.Wait()
 		require.Zero(t, tl.InFlight())
+	}
+}
+
+func TestAllocGuarded(t *testing.T) {
+	if !pcpu.HasBarrier {
+		t.Skip("AllocGuarded needs membarrier (Linux, not a race build); the general path is tested elsewhere")
+	}
+	h := newTestHeap(t)
+	tl := NewTally()
+	SetTally(7, tl)
+	t.Cleanup(func() { SetTally(7, nil) })
+	var closed atomic.Bool
+
+	// Warm the cache: a freed block stays in this P's cache (the test
+	// goroutine may move between Ps, so retry until a pop is served).
+	served := false
+	for i := 0; i < 100 && !served; i++ {
+		p, _, err := h.AllocCounted(64, 16, 7, false, tl)
+		require.NoError(t, err)
+		_, err = Free(p)
+		require.NoError(t, err)
+		q, foot, ok, refused := h.AllocGuarded(64, 16, 7, false, tl, &closed)
+		require.False(t, refused)
+		if ok {
+			served = true
+			require.EqualValues(t, classSize[classFor(64+hdrSize, 16)], foot)
+			b, err := Inspect(q)
+			require.NoError(t, err)
+			require.EqualValues(t, 64, b.Size)
+			require.EqualValues(t, 7, b.Owner)
+			_, err = Free(q)
+			require.NoError(t, err)
+		}
+	}
+	require.True(t, served, "a block freed just before is served from the P's cache")
+	before := tl.Sum()
+	require.EqualValues(t, 0, before.Live())
+
+	// Too large or not cached: nothing done, nothing counted.
+	_, _, ok, refused := h.AllocGuarded(1<<20, 16, 7, false, tl, &closed)
+	require.False(t, ok || refused)
+	require.Equal(t, before, tl.Sum())
+
+	// Closed: refused, and neither the tally nor the in-flight count keeps
+	// a trace (Destroy must read no block live and nothing in flight).
+	closed.Store(true)
+	for i := 0; i < 10; i++ {
+		_, _, ok, refused = h.AllocGuarded(64, 16, 7, false, tl, &closed)
+		require.False(t, ok)
+		if refused {
+			break
+		}
+	}
+	require.True(t, refused, "closed set: the cached slot is refused")
+	require.Equal(t, before, tl.Sum(), "a refused allocation counts nothing")
+	require.Zero(t, tl.InFlight())
+}
+
+// Once the closer has set the flag and waited for InFlight to read zero,
+// no allocation can count a block any more, whether it took the guarded
+// path or the general one: the tally's allocation count is final.
+func TestAllocGuardedCloseIsFinal(t *testing.T) {
+	if !pcpu.HasBarrier {
+		t.Skip("AllocGuarded needs membarrier (Linux, not a race build)")
+	}
+	rounds := 300
+	if testing.Short() {
+		rounds = 50
+	}
+	h := newTestHeap(t)
+	t.Cleanup(func() { SetTally(8, nil) })
+	for r := 0; r < rounds; r++ {
+		tl := NewTally()
+		SetTally(8, tl)
+		var closed atomic.Bool
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var held []uintptr
+				defer func() {
+					for _, p := range held {
+						_, _ = Free(p)
+					}
+				}()
+				for i := 0; ; i++ {
+					p, _, ok, refused := h.AllocGuarded(64, 16, 8, false, tl, &closed)
+					if refused {
+						return
+					}
+					if !ok {
+						if !tl.Enter(&closed) {
+							return
+						}
+						var err error
+						p, _, err = h.AllocCounted(64, 16, 8, false, tl)
+						tl.Exit()
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					if held = append(held, p); len(held) > 8 || i%3 == 0 {
+						_, _ = Free(held[0])
+						held = held[1:]
+					}
+					if i%5 == 0 {
+						runtime.Gosched()
+					}
+				}
+			}()
+		}
+		runtime.Gosched()
+		closed.Store(true)
+		for tl.InFlight() != 0 {
+			runtime.Gosched()
+		}
+		allocs := tl.Sum().Allocs
+		wg.Wait()
+		st := tl.Sum()
+		require.Equal(t, allocs, st.Allocs, "round %d: a block was counted after the closer's wait", r)
+		require.Zero(t, st.Live(), "round %d", r)
 	}
 }

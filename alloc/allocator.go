@@ -103,8 +103,8 @@ var (
 // to the default allocator.
 func Lookup(h Handle) (*Allocator, bool) {
 	// Small enough to inline: the common case is a live allocator in an
-	// initialised table.
-	if t := table.Load(); t != nil && h != NullHandle && uintptr(h) < uintptr(len(*t)) {
+	// initialised table. Entry 0, the null handle's, is always nil.
+	if t := table.Load(); t != nil && uint(h) < uint(len(*t)) {
 		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
 			return a, true
 		}

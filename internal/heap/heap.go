@@ -280,19 +280,26 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 
 // AllocGuarded serves an owner whose closing waits for its allocations in
 // flight (closed is its flag; see Tally.Enter) from the P's cache alone, in
-// one pinned section: Enter's mark, the check of closed, the pop, the count
-// and Exit's unmark, where AllocCounted between Enter and Exit pins three
+// one pinned section: Enter's mark, the check of closed, the pop of a
+// cached slot (or, for a medium block, of a cached span), the count and
+// Exit's unmark, where AllocCounted between Enter and Exit pins three
 // times. Only with pcpu.HasBarrier, whose protocol it follows (plain stores
 // on the P's shard; the closer's InFlight runs the barrier). ok false (no
-// barrier, a large block, nothing cached for the class, a P without a cache
+// barrier, a huge block, nothing cached for the size, a P without a cache
 // or shard yet) means nothing was done: the caller takes the general path
 // between Enter and Exit. refused: closed was set.
 func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
-	if !pcpu.HasBarrier || size > maxSmall || owner > maxOwner {
+	if !pcpu.HasBarrier {
 		return 0, 0, false, false
 	}
 	if align < minAlign {
 		align = minAlign
+	}
+	if size > maxSmall {
+		return h.allocSpanGuarded(size, align, owner, zero, t, closed)
+	}
+	if owner > maxOwner {
+		return 0, 0, false, false
 	}
 	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
@@ -329,6 +336,46 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 		t.SamplePeak()
 	}
 	return h.handOut(slot, off, size, owner, zero), footprint, true, false
+}
+
+// allocSpanGuarded is AllocGuarded for a medium block: a span of the P's
+// cache (see cacheSpan), taken in the one pinned section.
+func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
+	if size > maxMedium || align > maxMedium {
+		return 0, 0, false, false
+	}
+	foot := roundUp(size, pageSize)
+	var s *span
+	sample := false
+	pid := pcpu.Pin()
+	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
+		sh := ts[pid]
+		sh.inflight++ // as in AllocGuarded
+		if closed.Load() {
+			refused = true
+		} else {
+			pc := cs[pid]
+			pc.guard.Lock()
+			if s = pc.takeSpan(foot/pageSize, align); s != nil {
+				_, sample = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
+			}
+			pc.guard.Unlock()
+		}
+		sh.inflight--
+	}
+	pcpu.Unpin()
+	if s == nil {
+		return 0, 0, false, refused
+	}
+	if sample {
+		t.SamplePeak()
+	}
+	s.owner, s.req = owner, size
+	publish(&s.state, spanLarge)
+	if zero {
+		h.zeroBlock(s.base, size)
+	}
+	return s.base, s.size + descSize, true, false
 }
 
 // handOut writes the header of a slot taken for a block and clears what a

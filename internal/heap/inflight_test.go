@@ -70,55 +70,78 @@ func TestAllocGuarded(t *testing.T) {
 	if !pcpu.HasBarrier {
 		t.Skip("AllocGuarded needs membarrier (Linux, not a race build); the general path is tested elsewhere")
 	}
-	h := newTestHeap(t)
-	tl := NewTally()
-	SetTally(7, tl)
-	t.Cleanup(func() { SetTally(7, nil) })
-	var closed atomic.Bool
-
-	// Warm the cache: a freed block stays in this P's cache (the test
-	// goroutine may move between Ps, so retry until a pop is served).
-	served := false
-	for i := 0; i < 100 && !served; i++ {
-		p, _, err := h.AllocCounted(64, 16, 7, false, tl)
-		require.NoError(t, err)
-		_, err = Free(p)
-		require.NoError(t, err)
-		q, foot, ok, refused := h.AllocGuarded(64, 16, 7, false, tl, &closed)
-		require.False(t, refused)
-		if ok {
-			served = true
-			require.EqualValues(t, classSize[classFor(64+hdrSize, 16)], foot)
-			b, err := Inspect(q)
-			require.NoError(t, err)
-			require.EqualValues(t, 64, b.Size)
-			require.EqualValues(t, 7, b.Owner)
-			_, err = Free(q)
-			require.NoError(t, err)
-		}
+	tests := []struct {
+		name      string
+		size      uintptr
+		foot      uintptr // the footprint served
+		notCached uintptr // a size of the same kind that nothing cached fits
+	}{
+		{"small slot", 64, classSize[classFor(64+hdrSize, 16)], 96},
+		{"medium span", 1 << 20, 1<<20 + descSize, 512 << 10},
 	}
-	require.True(t, served, "a block freed just before is served from the P's cache")
-	before := tl.Sum()
-	require.EqualValues(t, 0, before.Live())
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTestHeap(t)
+			tl := NewTally()
+			SetTally(7, tl)
+			t.Cleanup(func() { SetTally(7, nil) })
+			var closed atomic.Bool
 
-	// Too large or not cached: nothing done, nothing counted.
-	_, _, ok, refused := h.AllocGuarded(1<<20, 16, 7, false, tl, &closed)
-	require.False(t, ok || refused)
-	require.Equal(t, before, tl.Sum())
+			// Warm the cache: a freed block stays in this P's cache (the
+			// test goroutine may move between Ps, so retry until a pop is
+			// served).
+			served := false
+			for i := 0; i < 100 && !served; i++ {
+				p, _, err := h.AllocCounted(tc.size, 16, 7, false, tl)
+				require.NoError(t, err)
+				_, err = Free(p)
+				require.NoError(t, err)
+				q, foot, ok, refused := h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
+				require.False(t, refused)
+				if ok {
+					served = true
+					require.Equal(t, p, q, "the block just freed is served again")
+					require.Equal(t, tc.foot, foot)
+					b, err := Inspect(q)
+					require.NoError(t, err)
+					require.Equal(t, tc.size, b.Size)
+					require.EqualValues(t, 7, b.Owner)
+					sum := tl.Sum()
+					require.EqualValues(t, 1, sum.Live(), "counted in the tally")
+					require.Equal(t, int64(tc.size), sum.Bytes)
+					require.Equal(t, int64(tc.foot), sum.Foot)
+					_, err = Free(q)
+					require.NoError(t, err)
+					_, err = Free(q)
+					require.ErrorIs(t, err, ErrDoubleFree, "a guarded block frees once")
+				}
+			}
+			require.True(t, served, "a block freed just before is served from the P's cache")
+			before := tl.Sum()
+			require.EqualValues(t, 0, before.Live())
 
-	// Closed: refused, and neither the tally nor the in-flight count keeps
-	// a trace (Destroy must read no block live and nothing in flight).
-	closed.Store(true)
-	for i := 0; i < 10; i++ {
-		_, _, ok, refused = h.AllocGuarded(64, 16, 7, false, tl, &closed)
-		require.False(t, ok)
-		if refused {
-			break
-		}
+			// Huge or not cached: nothing done, nothing counted.
+			for _, size := range []uintptr{tc.notCached, 4 << 20} {
+				_, _, ok, refused := h.AllocGuarded(size, 16, 7, false, tl, &closed)
+				require.False(t, ok || refused, "%d bytes", size)
+				require.Equal(t, before, tl.Sum())
+			}
+
+			// Closed: refused, and neither the tally nor the in-flight
+			// count keeps a trace (Destroy must read no block live and
+			// nothing in flight).
+			closed.Store(true)
+			refused := false
+			for i := 0; i < 10 && !refused; i++ {
+				var ok bool
+				_, _, ok, refused = h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
+				require.False(t, ok)
+			}
+			require.True(t, refused, "closed set: the cached block is refused")
+			require.Equal(t, before, tl.Sum(), "a refused allocation counts nothing")
+			require.Zero(t, tl.InFlight())
+		})
 	}
-	require.True(t, refused, "closed set: the cached slot is refused")
-	require.Equal(t, before, tl.Sum(), "a refused allocation counts nothing")
-	require.Zero(t, tl.InFlight())
 }
 
 // Once the closer has set the flag and waited for InFlight to read zero,
@@ -150,7 +173,11 @@ func TestAllocGuardedCloseIsFinal(t *testing.T) {
 					}
 				}()
 				for i := 0; ; i++ {
-					p, _, ok, refused := h.AllocGuarded(64, 16, 8, false, tl, &closed)
+					size := uintptr(64)
+					if i%4 == 1 {
+						size = 1 << 20 // a medium block: a cached span
+					}
+					p, _, ok, refused := h.AllocGuarded(size, 16, 8, false, tl, &closed)
 					if refused {
 						return
 					}
@@ -159,7 +186,7 @@ func TestAllocGuardedCloseIsFinal(t *testing.T) {
 							return
 						}
 						var err error
-						p, _, err = h.AllocCounted(64, 16, 8, false, tl)
+						p, _, err = h.AllocCounted(size, 16, 8, false, tl)
 						tl.Exit()
 						if err != nil {
 							t.Error(err)

@@ -126,7 +126,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	if foot <= maxMedium && align <= maxMedium {
 		if s := h.takeCachedSpan(foot/pageSize, align, size, t); s != nil {
 			s.owner, s.req = owner, size
-			s.state.Store(spanLarge)
+			publish(&s.state, spanLarge)
 			if zero {
 				h.zeroBlock(s.base, size)
 			}
@@ -141,7 +141,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	if foot <= maxMedium && align <= maxMedium {
 		if s := h.reuseSpare(foot/pageSize, align); s != nil {
 			s.owner, s.req = owner, size
-			s.state.Store(spanLarge)
+			publish(&s.state, spanLarge)
 			h.mu.Unlock()
 			if zero {
 				h.zeroBlock(s.base, size)
@@ -154,7 +154,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 			return 0, 0, false, err
 		}
 		s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
-		s.state.Store(spanLarge)
+		publish(&s.state, spanLarge)
 		// Only the first page points at a large span: a valid Free names it,
 		// and the page bitmap tells interior pointers from free pages.
 		ch.pages[first].Store(s)
@@ -185,7 +185,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		fresh = true
 	}
 	s.owner, s.req = owner, size
-	s.state.Store(spanLarge)
+	publish(&s.state, spanLarge)
 	if zero && !fresh {
 		h.zeroBlock(s.base, size)
 	}
@@ -348,16 +348,7 @@ func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
 	}
 	pc := cs[pid]
 	pc.guard.Lock()
-	var s *span
-	for i := pc.nspans - 1; i >= 0; i-- {
-		if c := pc.spans[i]; c.npages == n && c.base&(align-1) == 0 {
-			s = c
-			pc.nspans--
-			pc.spans[i] = pc.spans[pc.nspans]
-			pc.spans[pc.nspans] = nil
-			break
-		}
-	}
+	s := pc.takeSpan(n, align)
 	counted, sample := t == nil, false
 	if s != nil && !counted {
 		counted, sample = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
@@ -370,6 +361,20 @@ func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
 		t.SamplePeak()
 	}
 	return s
+}
+
+// takeSpan removes and returns a cached span of n pages aligned to align,
+// or nil. The caller is pinned to pc's P and holds its guard.
+func (pc *pcache) takeSpan(n, align uintptr) *span {
+	for i := pc.nspans - 1; i >= 0; i-- {
+		if c := pc.spans[i]; c.npages == n && c.base&(align-1) == 0 {
+			pc.nspans--
+			pc.spans[i] = pc.spans[pc.nspans]
+			pc.spans[pc.nspans] = nil
+			return c
+		}
+	}
+	return nil
 }
 
 func (h *Heap) releaseHuge(s *span) {

@@ -102,8 +102,8 @@ var (
 // Lookup returns the live allocator with handle h. The null handle resolves
 // to the default allocator.
 func Lookup(h Handle) (*Allocator, bool) {
-	// Small enough to inline: the common case is a live allocator in an
-	// initialised table. Entry 0, the null handle's, is always nil.
+	// The common case first: a live allocator in an initialised table.
+	// Entry 0, the null handle's, is always nil: lookupSlow resolves it.
 	if t := table.Load(); t != nil && uint(h) < uint(len(*t)) {
 		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
 			return a, true

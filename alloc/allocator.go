@@ -102,14 +102,24 @@ var (
 // Lookup returns the live allocator with handle h. The null handle resolves
 // to the default allocator.
 func Lookup(h Handle) (*Allocator, bool) {
-	// The common case first: a live allocator in an initialised table.
-	// Entry 0, the null handle's, is always nil: lookupSlow resolves it.
-	if t := table.Load(); t != nil && uint(h) < uint(len(*t)) {
-		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
-			return a, true
-		}
+	if a := LiveAllocator(h); a != nil {
+		return a, true
 	}
 	return lookupSlow(h)
+}
+
+// LiveAllocator is Lookup's common case, small enough to inline into a caller's hot
+// path: the allocator with handle h when h names a live one, else nil —
+// for the null handle too, and before the first allocator is made; Lookup
+// resolves those.
+func LiveAllocator(h Handle) *Allocator {
+	// Entry 0, the null handle's, is always nil.
+	if t := table.Load(); t != nil && uint(h) < uint(len(*t)) {
+		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
+			return a
+		}
+	}
+	return nil
 }
 
 func lookupSlow(h Handle) (*Allocator, bool) {

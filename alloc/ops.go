@@ -64,17 +64,22 @@ func checkAlign(al uintptr) error {
 	return nil
 }
 
+// alloc serves a plain host allocator's cached blocks in a function kept
+// small, so that the hot path carries no frame of the general one.
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
-	if size == 0 {
-		return nil, nil
-	}
-	// Destroy waits for runtime allocators' allocations in flight (see
-	// heap.Tally.Enter); predefined allocators are never destroyed and skip
-	// the count. Enter also checks the destroyed flag.
-	counted := a.handle >= firstRuntimeHandle
-	if counted && a.plain && !leakCheck.Load() {
-		// The common case in one pinned section, Enter and Exit included
-		// (where membarrier gives their protocol plain stores).
+	if a.plain && size != 0 && !leakCheck.Load() {
+		if a.handle < firstRuntimeHandle {
+			// Predefined allocators are never destroyed: no flag to check,
+			// nothing in flight to count.
+			q, _, err := a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t)
+			if err != nil {
+				return a.fallbackCounted(size, align, zero, fmt.Errorf("%v: %w", a, err), false)
+			}
+			return cmem.Ptr(q), nil
+		}
+		// A runtime allocator's cached block: Enter, the destroyed check,
+		// the pop and Exit in one pinned section (where membarrier gives
+		// their protocol plain stores).
 		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), uint32(a.handle), zero, a.shards.t, &a.destroyed)
 		if ok {
 			return cmem.Ptr(q), nil
@@ -83,6 +88,20 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
 		}
 	}
+	return a.allocGeneral(size, align, zero)
+}
+
+// allocGeneral is alloc for every other case: size 0, a quota, a pinned
+// pool split per node, target memory, the leak check, or a runtime
+// allocator's block that its P has not cached.
+func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer, error) {
+	if size == 0 {
+		return nil, nil
+	}
+	// Destroy waits for runtime allocators' allocations in flight (see
+	// heap.Tally.Enter); predefined allocators are never destroyed and skip
+	// the count. Enter also checks the destroyed flag.
+	counted := a.handle >= firstRuntimeHandle
 	if counted {
 		if !a.shards.t.Enter(&a.destroyed) {
 			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
@@ -222,21 +241,23 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 // Free releases p, whichever allocator it came from (omp_free: the handle
 // passed there does not matter). nil is a no-op. A pointer this runtime did
 // not return, or one already freed, is an error and changes nothing.
-func Free(p unsafe.Pointer) error {
+func Free(p unsafe.Pointer) error { return free(p, true) } // inlined: one frame less
+
+// freeNow is Free without waiting for copies in flight.
+func freeNow(p unsafe.Pointer) error { return free(p, false) }
+
+// free is Free; mayDefer false frees at once even while a queued copy may
+// still use the block (a deferred free completing).
+func free(p unsafe.Pointer, mayDefer bool) error {
 	if p == nil {
 		return nil
 	}
-	if deferredFrees.Load() > 0 || target.HostInUse() {
+	if mayDefer && (deferredFrees.Load() > 0 || target.HostInUse()) {
 		// A queued copy may still read or write the block (FreeAfter).
 		if deferred, err := freeAfterUse(p); deferred || err != nil {
 			return err
 		}
 	}
-	return freeNow(p)
-}
-
-// freeNow is Free without waiting for copies in flight.
-func freeNow(p unsafe.Pointer) error {
 	if leakCheck.Load() {
 		// Before the block is freed: once it is, another goroutine may get
 		// the same address and record its own stack.

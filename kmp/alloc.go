@@ -92,9 +92,11 @@ func reportErr(fn string, err error) {
 
 // Alloc is omp_alloc.
 func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
-	al := resolve("omp_alloc", a)
+	al := alloc.LiveAllocator(alloc.Handle(a)) // inlined: resolve's common case
 	if al == nil {
-		return nil
+		if al = resolve("omp_alloc", a); al == nil {
+			return nil
+		}
 	}
 	p, err := al.Alloc(size)
 	report("omp_alloc", err)

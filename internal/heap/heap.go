@@ -274,8 +274,10 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	} else if sample {
 		t.SamplePeak()
 	}
-	p = h.handOut(slot, off, size, owner, zero)
-	return p, footprint, nil
+	if zero {
+		return h.handOutZeroed(slot, off, size, owner), footprint, nil
+	}
+	return h.handOut(slot, off, size, owner), footprint, nil
 }
 
 // AllocGuarded serves an owner whose closing waits for its allocations in
@@ -335,7 +337,10 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 	if sample {
 		t.SamplePeak()
 	}
-	return h.handOut(slot, off, size, owner, zero), footprint, true, false
+	if zero {
+		return h.handOutZeroed(slot, off, size, owner), footprint, true, false
+	}
+	return h.handOut(slot, off, size, owner), footprint, true, false
 }
 
 // allocSpanGuarded is AllocGuarded for a medium block: a span of the P's
@@ -378,21 +383,29 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 	return s.base, s.size + descSize, true, false
 }
 
-// handOut writes the header of a slot taken for a block and clears what a
-// zero request needs cleared; it returns the user pointer.
-func (h *Heap) handOut(slot, off, size uintptr, owner uint32, zero bool) uintptr {
-	p := slot + off
-	clear := zero && !neverUsed(slot) // before the header and mark change it
+// handOut writes the header of a slot taken for a block and returns the
+// user pointer; zero requests take handOutZeroed. Small enough to inline
+// into the allocation paths.
+func (h *Heap) handOut(slot, off, size uintptr, owner uint32) uintptr {
 	// Plain stores: the block is not yet shared, and whoever frees it later
 	// learns of it through the program's own synchronisation.
 	if off > hdrSize {
 		*(*uint32)(cmem.Ptr(slot)) = usedMark
 	}
+	p := slot + off
 	hd := hdr(p)
 	hd.meta, hd.tag = owner<<16|uint32(size), tag(magicLive, off)
+	return p
+}
+
+// handOutZeroed is handOut that also clears what a zero request needs
+// cleared.
+func (h *Heap) handOutZeroed(slot, off, size uintptr, owner uint32) uintptr {
+	clear := !neverUsed(slot) // before the header and mark change it
+	p := h.handOut(slot, off, size, owner)
 	if clear {
 		h.zeroBlock(p, size)
-	} else if zero && off == hdrSize {
+	} else if off == hdrSize {
 		// Never used, but a free list ran through its first word.
 		cmem.Zero(p, min(size, 8))
 	}
@@ -402,9 +415,11 @@ func (h *Heap) handOut(slot, off, size uintptr, owner uint32, zero bool) uintptr
 // Free releases the block at p, whichever heap it came from. Foreign and
 // interior pointers and double frees are reported and change nothing.
 func Free(p uintptr) (Block, error) {
-	ch := lookup(p)
+	ch := lookupLow(p) // inlined: lookup's common case
 	if ch == nil {
-		return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
+		if ch = lookupHigh(p >> chunkShift); ch == nil {
+			return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
+		}
 	}
 	h := ch.heap
 	if ch.huge != nil {

@@ -26,18 +26,34 @@ var (
 	leafMu  sync.Mutex
 )
 
+// lookup returns the chunk holding p, or nil.
 func lookup(p uintptr) *chunk {
-	g := p >> chunkShift
-	if g >= 1<<(rootBits+leafBits) {
-		highMu.Lock()
-		defer highMu.Unlock()
-		return highMap[g]
+	if ch := lookupLow(p); ch != nil {
+		return ch
 	}
-	l := root[g>>leafBits].Load()
-	if l == nil {
+	return lookupHigh(p >> chunkShift)
+}
+
+// lookupLow is lookup for the addresses the two-level table covers (48
+// bits: all of amd64's user space), nil for any other. Small enough to
+// inline into Free, which asks lookupHigh only when it returns nil.
+func lookupLow(p uintptr) *chunk {
+	if g := p >> chunkShift; g < 1<<(rootBits+leafBits) {
+		if l := root[g>>leafBits].Load(); l != nil {
+			return l[g&(1<<leafBits-1)].Load()
+		}
+	}
+	return nil
+}
+
+// lookupHigh finds the chunk of granule g above the table's reach.
+func lookupHigh(g uintptr) *chunk {
+	if g < 1<<(rootBits+leafBits) {
 		return nil
 	}
-	return l[g&(1<<leafBits-1)].Load()
+	highMu.Lock()
+	defer highMu.Unlock()
+	return highMap[g]
 }
 
 // setGranules points every granule of [base, base+n) at c (nil clears).

@@ -31,7 +31,7 @@ func lookup(p uintptr) *chunk {
 	if ch := lookupLow(p); ch != nil {
 		return ch
 	}
-	return lookupHigh(p >> chunkShift)
+	return lookupHigh(p, p>>chunkShift)
 }
 
 // lookupLow is lookup for the addresses the two-level table covers (48
@@ -40,20 +40,33 @@ func lookup(p uintptr) *chunk {
 func lookupLow(p uintptr) *chunk {
 	if g := p >> chunkShift; g < 1<<(rootBits+leafBits) {
 		if l := root[g>>leafBits].Load(); l != nil {
-			return l[g&(1<<leafBits-1)].Load()
+			return within(l[g&(1<<leafBits-1)].Load(), p)
 		}
 	}
 	return nil
 }
 
-// lookupHigh finds the chunk of granule g above the table's reach.
-func lookupHigh(g uintptr) *chunk {
+// lookupHigh finds the chunk holding p, of granule g above the table's
+// reach.
+func lookupHigh(p, g uintptr) *chunk {
 	if g < 1<<(rootBits+leafBits) {
 		return nil
 	}
 	highMu.Lock()
 	defer highMu.Unlock()
-	return highMap[g]
+	return within(highMap[g], p)
+}
+
+// within returns ch if p lies in it. A huge region's last granule is
+// often only partly its own (a 2.1 MiB region leaves 1.9 MiB of its
+// granule to whatever the kernel maps there next: another library's
+// memory, a target block); the table points the whole granule at it, so
+// an address past its end is not the heap's.
+func within(ch *chunk, p uintptr) *chunk {
+	if ch != nil && p-ch.base < ch.size {
+		return ch
+	}
+	return nil
 }
 
 // setGranules points every granule of [base, base+n) at c (nil clears).

@@ -417,7 +417,7 @@ func (h *Heap) handOutZeroed(slot, off, size uintptr, owner uint32) uintptr {
 func Free(p uintptr) (Block, error) {
 	ch := lookupLow(p) // inlined: lookup's common case
 	if ch == nil {
-		if ch = lookupHigh(p, p>>chunkShift); ch == nil {
+		if ch = lookupHigh(p); ch == nil {
 			return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
 		}
 	}

@@ -31,7 +31,7 @@ func lookup(p uintptr) *chunk {
 	if ch := lookupLow(p); ch != nil {
 		return ch
 	}
-	return lookupHigh(p, p>>chunkShift)
+	return lookupHigh(p)
 }
 
 // lookupLow is lookup for the addresses the two-level table covers (48
@@ -46,9 +46,9 @@ func lookupLow(p uintptr) *chunk {
 	return nil
 }
 
-// lookupHigh finds the chunk holding p, of granule g above the table's
-// reach.
-func lookupHigh(p, g uintptr) *chunk {
+// lookupHigh finds the chunk holding p when p is above the table's reach.
+func lookupHigh(p uintptr) *chunk {
+	g := p >> chunkShift
 	if g < 1<<(rootBits+leafBits) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/fault"
 )
 
 // LibC holds the few libc functions the runtime calls through purego. They
@@ -82,7 +83,10 @@ func (c *LibC) Map(n uintptr) (uintptr, error) {
 }
 
 // MapAligned returns n bytes aligned to align (a power of two), trimming
-// the slack of an oversized mapping.
+// the slack of an oversized mapping. A trim can fail where the mapping
+// cannot be split (munmap's ENOMEM at vm.max_map_count): then the whole
+// mapping is unmapped (one whole mapping needs no split) and the error
+// returned, so a refused request leaves nothing mapped.
 func (c *LibC) MapAligned(n, align uintptr) (uintptr, error) {
 	if align <= pageSize {
 		return c.Map(n)
@@ -91,18 +95,43 @@ func (c *LibC) MapAligned(n, align uintptr) (uintptr, error) {
 	if err != nil {
 		return 0, err
 	}
+	if mappedHook != nil {
+		mappedHook(p, n+align)
+	}
+	end := p + n + align
 	a := (p + align - 1) &^ (align - 1)
 	if head := a - p; head > 0 {
-		if err := c.Unmap(p, head); err != nil {
-			return 0, err
+		if err := c.trim(p, head); err != nil {
+			return 0, c.undoMap(p, end, err)
 		}
 	}
-	if tail := (p + n + align) - (a + n); tail > 0 {
-		if err := c.Unmap(a+n, tail); err != nil {
-			return 0, err
+	if tail := end - (a + n); tail > 0 {
+		if err := c.trim(a+n, tail); err != nil {
+			return 0, c.undoMap(a, end, err)
 		}
 	}
 	return a, nil
+}
+
+// mappedHook, set by tests only, sees every oversized mapping MapAligned
+// makes.
+var mappedHook func(p, n uintptr)
+
+// trim unmaps the slack [p, p+n) of a mapping MapAligned made.
+func (c *LibC) trim(p, n uintptr) error {
+	if err := fault.Check(fault.MapTrim); err != nil {
+		return fmt.Errorf("munmap %#x+%d: %w", p, n, err)
+	}
+	return c.Unmap(p, n)
+}
+
+// undoMap unmaps what is left, [p, end), of a mapping whose trim failed
+// with err.
+func (c *LibC) undoMap(p, end uintptr, err error) error {
+	if uerr := c.Unmap(p, end-p); uerr != nil {
+		return fmt.Errorf("aligning a %d-byte mapping: %w; undoing it: %w", end-p, err, uerr)
+	}
+	return fmt.Errorf("aligning a mapping (unmapped again): %w", err)
 }
 
 // Unmap releases [p, p+n).

@@ -13,6 +13,7 @@ const (
 	PinMap      = "pin.map"
 	PinLock     = "pin.lock"
 	PinUnlock   = "pin.unlock" // the device refuses to unlock a chunk and keeps it locked
+	MapTrim     = "map.trim"   // munmap of an aligned mapping's slack fails (ENOMEM at vm.max_map_count)
 )
 
 // ErrInjected is wrapped by every injected failure (errors.Is).

@@ -51,12 +51,21 @@ func MapHugeTLB(n, align uintptr) (uintptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("mmap MAP_HUGETLB %d bytes: %w", n+slack, err)
 	}
+	// A trim that fails (munmap's ENOMEM at vm.max_map_count: it splits the
+	// mapping) unmaps what is left whole instead, so nothing stays mapped.
+	end := p + n + slack
 	a := (p + align - 1) &^ (align - 1)
 	if head := a - p; head > 0 {
-		_ = sysMunmap(p, head)
+		if err := sysMunmap(p, head); err != nil {
+			_ = sysMunmap(p, end-p)
+			return 0, fmt.Errorf("munmap %#x+%d (aligning a hugetlb mapping, unmapped again): %w", p, head, err)
+		}
 	}
-	if tail := p + n + slack - (a + n); tail > 0 {
-		_ = sysMunmap(a+n, tail)
+	if tail := end - (a + n); tail > 0 {
+		if err := sysMunmap(a+n, tail); err != nil {
+			_ = sysMunmap(a, end-a)
+			return 0, fmt.Errorf("munmap %#x+%d (aligning a hugetlb mapping, unmapped again): %w", a+n, tail, err)
+		}
 	}
 	return a, nil
 }

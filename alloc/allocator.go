@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -370,7 +371,10 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 // misuse) either finish before it looks at the live blocks, which it
 // waits for, or fail with ErrDestroyed; the handle is reused only once no
 // operation on the allocator can still run. Blocks still allocated stay valid until
-// freed; the error (ErrLiveBlocks) says how many there were.
+// freed; the error (ErrLiveBlocks) says how many there were, and the same
+// report goes through the warning hook (package logging, kind live_blocks;
+// by default a line on stderr), so that it is not lost under
+// defer a.Destroy().
 func (a *Allocator) Destroy() error {
 	if a.handle < firstRuntimeHandle {
 		return fmt.Errorf("%w: %v is predefined and cannot be destroyed", ErrInvalidArgument, a)
@@ -391,7 +395,9 @@ func (a *Allocator) Destroy() error {
 		a.ptn.destroyed()
 	}
 	if n := a.shards.live(); n > 0 {
-		return fmt.Errorf("%w: %v: %d blocks (%d bytes) still allocated", ErrLiveBlocks, a, n, a.Stats().BytesLive)
+		err := fmt.Errorf("%w: %v: %d %s (%d bytes) still allocated", ErrLiveBlocks, a, n, plural(n, "block", "blocks"), a.Stats().BytesLive)
+		warn.Emit(warn.LiveBlocks, "alloc", err.Error(), err)
+		return err
 	}
 	a.release()
 	return nil
@@ -443,4 +449,12 @@ func SetDefault(a *Allocator) {
 		a, _ = Lookup(DefaultMem)
 	}
 	defaultAlloc.Store(a)
+}
+
+// plural picks the word for a count ("1 block", "2 blocks").
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

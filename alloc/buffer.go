@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"runtime"
 	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
 // Buffer owns a typed slice in memory from an allocator, as Make returns,
@@ -50,7 +52,7 @@ func NewBuffer[T any](a Interface, n int) (*Buffer[T], error) {
 
 func warnUnfreed(st *bufferState) {
 	if !st.freed.Load() {
-		fmt.Fprintf(warnOut, "ompalloc: warning: a %s became unreachable without Free; its memory stays allocated\n", st.what)
+		warn.Printf(warn.Unfreed, "alloc", "a %s became unreachable without Free; its memory stays allocated", st.what)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 )
 
@@ -38,9 +39,8 @@ func (w *syncWriter) String() string {
 
 func withWarnings(t *testing.T) *syncWriter {
 	w := &syncWriter{got: make(chan struct{}, 1)}
-	old := warnOut
-	warnOut = w
-	t.Cleanup(func() { warnOut = old })
+	restore := warn.SetOutput(w)
+	t.Cleanup(func() { restore() })
 	return w
 }
 

@@ -2,18 +2,14 @@ package alloc
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"sync"
 
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
-var (
-	envOnce sync.Once
-	// warnOut receives the runtime's warnings (tests capture it).
-	warnOut io.Writer = os.Stderr
-)
+var envOnce sync.Once
 
 // applyEnv reads OMP_ALLOCATOR once, at first use, and sets the default
 // allocator. Invalid values give one warning and leave
@@ -27,7 +23,7 @@ func applyEnv() {
 	}
 	a, err := fromEnv(v)
 	if err != nil {
-		fmt.Fprintf(warnOut, "ompalloc: warning: %v; using omp_default_mem_alloc\n", err)
+		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%v; using omp_default_mem_alloc", err), err)
 		return
 	}
 	defaultAlloc.Store(a)
@@ -53,8 +49,8 @@ func fromEnv(v string) (*Allocator, error) {
 		// OpenMP's fallback for the allocator OMP_ALLOCATOR made: say it
 		// once when a failed pin sends blocks to it, as kmp does for its own.
 		a.NotifyPinFallback(func(cause error, fb *Allocator) {
-			fmt.Fprintf(warnOut, "ompalloc: warning: %s: %v; this and later blocks that cannot be pinned come from %v, unpinned\n",
-				traits.EnvVar, cause, fb)
+			warn.Emit(warn.PinFallback, "alloc", fmt.Sprintf("%s: %v; this and later blocks that cannot be pinned come from %v, unpinned",
+				traits.EnvVar, cause, fb), cause)
 		})
 	}
 	return a, nil

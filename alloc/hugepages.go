@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -70,7 +71,7 @@ func hugeModeFromEnv() HugePageMode {
 	v := os.Getenv(HugePagesEnv)
 	m, err := ParseHugePageMode(v)
 	if err != nil {
-		fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %v; using thp\n", HugePagesEnv, v, err)
+		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using thp", HugePagesEnv, v, err), err)
 		return HugePagesTHP
 	}
 	return m
@@ -157,8 +158,8 @@ func (s *pinSource) hugeTLBFellBack(n uintptr, err error) {
 		why = fmt.Sprintf("2 MiB hugetlb pages: %d of %d free, %d of them reserved; raise %s/nr_hugepages or /proc/sys/vm/nr_hugepages",
 			pool.Free, pool.Total, pool.Reserved, pool.Dir)
 	}
-	fmt.Fprintf(warnOut, "ompalloc: warning: alloc: hugetlb pages asked for (%s=hugetlb or SetHugePages), but %s could not map %d bytes in them (%v; %s); this chunk and later ones that cannot have them use normal pages with transparent huge pages advised (PinnedStats.HugeTLBFallbacks counts them)\n",
-		HugePagesEnv, s.name, n, err, why)
+	warn.Emit(warn.HugeTLB, "alloc", fmt.Sprintf("alloc: hugetlb pages asked for (%s=hugetlb or SetHugePages), but %s could not map %d bytes in them (%v; %s); this chunk and later ones that cannot have them use normal pages with transparent huge pages advised (PinnedStats.HugeTLBFallbacks counts them)",
+		HugePagesEnv, s.name, n, err, why), err)
 }
 
 // unmapPages unmaps what mapPages mapped.

@@ -11,6 +11,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -203,7 +204,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 			s.counts.unlocks.Add(1)
 		}
 		if locks+mapped > 0 {
-			fmt.Fprintf(warnOut, "ompalloc: warning: alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped\n",
+			warn.Printf(warn.DroppedLock, "alloc", "alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped",
 				s.name, p, p+n, locks, mapped)
 		}
 		if errors.Is(uerr, pinned.ErrStillLocked) {
@@ -285,7 +286,7 @@ func (l *limit) init() {
 			if x, err := parseSize(v); err == nil {
 				n = int64(x)
 			} else {
-				fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %v; using the default limit of %d bytes\n", PinnedLimitEnv, v, err, n)
+				warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using the default limit of %d bytes", PinnedLimitEnv, v, err, n), err)
 			}
 		}
 		l.max.Store(n)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -34,9 +35,8 @@ func pinnedNow(t *testing.T) pinnedWorld {
 
 func captureWarnings(t *testing.T) *bytes.Buffer {
 	var buf bytes.Buffer
-	old := warnOut
-	warnOut = &buf
-	t.Cleanup(func() { warnOut = old })
+	restore := warn.SetOutput(&buf)
+	t.Cleanup(func() { restore() })
 	return &buf
 }
 

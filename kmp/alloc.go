@@ -2,9 +2,11 @@ package kmp
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -25,7 +27,7 @@ func InitAllocator(ms MemspaceHandle, ts []AllocTrait) AllocatorHandle {
 		// OpenMP's fallback hands out unpinned memory without a word; say
 		// it once per allocator.
 		a.NotifyPinFallback(func(cause error, fb *alloc.Allocator) {
-			warnf("omp_alloc: %v; this and later blocks of %v that cannot be pinned come from %v, unpinned", cause, a, fb)
+			warn.Emit(warn.PinFallback, "kmp", fmt.Sprintf("omp_alloc: %v; this and later blocks of %v that cannot be pinned come from %v, unpinned", cause, a, fb), cause)
 		})
 	}
 	return AllocatorHandle(a.Handle())
@@ -42,7 +44,8 @@ func DestroyAllocator(a AllocatorHandle) {
 		warnf("omp_destroy_allocator: %v is not a live allocator", alloc.Handle(a))
 		return
 	}
-	if err := al.Destroy(); err != nil {
+	// Live blocks: Destroy has already warned through the hook.
+	if err := al.Destroy(); err != nil && !errors.Is(err, alloc.ErrLiveBlocks) {
 		warnf("omp_destroy_allocator: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
 func bytesAt(p unsafe.Pointer, n uintptr) []byte { return cmem.Bytes(uintptr(p), n) }
@@ -19,9 +20,7 @@ func bytesAt(p unsafe.Pointer, n uintptr) []byte { return cmem.Bytes(uintptr(p),
 func captureWarnings(t *testing.T, f func()) string {
 	t.Helper()
 	var buf bytes.Buffer
-	old := warnOut
-	warnOut = &buf
-	defer func() { warnOut = old }()
+	defer warn.SetOutput(&buf)()
 	f()
 	return buf.String()
 }
@@ -189,7 +188,8 @@ func TestDestroyWithLiveBlocksWarns(t *testing.T) {
 	a := InitAllocator(DefaultMemSpace, nil)
 	p := Alloc(100, a)
 	w := captureWarnings(t, func() { DestroyAllocator(a) })
-	require.Contains(t, w, "1 blocks")
+	require.Contains(t, w, "1 block (100 bytes) still allocated")
+	require.Equal(t, 1, strings.Count(w, "\n"), "one report, not one from alloc and one from kmp")
 	bytesAt(p, 100)[99] = 1 // still valid
 	Free(p, NullAllocator)
 }

@@ -22,7 +22,9 @@
 // llvm_omp_target_lock_mem, reference-counted when nested. Bad input never
 // aborts: it gives nil (or nothing, or -1) and one line on stderr,
 // "ompalloc: warning: <call>: <what was wrong>", naming allocators as
-// package alloc does (omp_default_mem_alloc, allocator#1024).
+// package alloc does (omp_default_mem_alloc, allocator#1024). The line
+// goes through the module's warning hook: logging.SetLogger sends it to a
+// *slog.Logger instead (kind bad_input), to count or silence it.
 //
 // For the idiomatic Go API with errors, typed slices (alloc.Make), an Arrow
 // allocator (alloc.Bytes) and statistics, use package alloc; both share one

@@ -14,6 +14,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -21,9 +22,7 @@ import (
 func targetWarnings(t *testing.T, f func()) []string {
 	t.Helper()
 	var buf bytes.Buffer
-	old := warnOut
-	warnOut = &buf
-	defer func() { warnOut = old }()
+	defer warn.SetOutput(&buf)()
 	f()
 	if buf.Len() == 0 {
 		return nil

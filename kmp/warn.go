@@ -1,22 +1,10 @@
 package kmp
 
-import (
-	"fmt"
-	"io"
-	"os"
-	"sync"
-)
+import "github.com/ompalloc/ompalloc/internal/warn"
 
-var (
-	warnMu sync.Mutex
-	// warnOut receives warnings about bad input (tests capture it).
-	warnOut io.Writer = os.Stderr
-)
-
-// warnf writes one warning line, as libomp's KMP_WARNING does, where a C
-// API can only return nil.
+// warnf sends one warning about bad input through the module's hook
+// (package logging; by default a line on stderr, as libomp's KMP_WARNING),
+// where a C API can only return nil.
 func warnf(format string, args ...any) {
-	warnMu.Lock()
-	defer warnMu.Unlock()
-	fmt.Fprintf(warnOut, "ompalloc: warning: "+format+"\n", args...)
+	warn.Printf(warn.BadInput, "kmp", format, args...)
 }

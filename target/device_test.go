@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -124,9 +125,8 @@ func captureWarnings(t *testing.T) func() string {
 	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
-	saved := warnOut
-	warnOut = w
-	t.Cleanup(func() { warnOut = saved; r.Close(); w.Close() })
+	restore := warn.SetOutput(w)
+	t.Cleanup(func() { restore(); r.Close(); w.Close() })
 	return func() string {
 		w.Close()
 		b := make([]byte, 4096)

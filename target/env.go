@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ompalloc/ompalloc/internal/envsize"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
@@ -26,11 +27,8 @@ const (
 	EnvDefaultDevice = "OMP_DEFAULT_DEVICE"
 )
 
-// warnOut receives the warnings about invalid environment values.
-var warnOut = os.Stderr
-
 func warnEnv(name, value, why, using string) {
-	fmt.Fprintf(warnOut, "ompalloc: warning: %s=%q: %s; using %s\n", name, value, why, using)
+	warn.Printf(warn.Env, "target", "%s=%q: %s; using %s", name, value, why, using)
 }
 
 func readEnv() (StagingConfig, pinned.MapMode) {

@@ -12,6 +12,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
@@ -177,12 +178,23 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		undo()
 		faults++
 		require.ErrorContains(t, err, "hsa_amd_memory_unlock")
+		require.ErrorIs(t, err, pinned.ErrStillLocked)
+		// ROCr's unlock fails only before it changed anything: the range is
+		// still locked, and the registry and the plugin both keep it, so
+		// that the caller may retry (issue 19: they used to disagree).
+		require.True(t, d0.Registry().IsPinned(buf))
+		require.Equal(t, 1, fk.n("locks"), "the lock the runtime did not drop")
+		require.NoError(t, d0.UnlockMem(buf), "the retry")
 		require.False(t, d0.Registry().IsPinned(buf))
-		// The registry erased its entry; the plugin still knows the lock the
-		// runtime refused to drop, and target.Shutdown (last, as it closes
-		// every device) releases it.
-		require.Equal(t, 1, fk.n("locks"), "the lock the runtime refused to drop")
-		t.Log("NOTE: a failed hsa_amd_memory_unlock is retried at target.Shutdown, not before")
+		require.Zero(t, fk.n("locks"))
+		// And a failed unlock left for Shutdown is released there.
+		_, err = d0.LockMem(buf, 1<<20)
+		require.NoError(t, err)
+		undo = injectHSA(t, "hsa_amd_memory_unlock:*")
+		require.ErrorIs(t, d0.UnlockMem(buf), pinned.ErrStillLocked)
+		undo()
+		faults++
+		require.Equal(t, 1, fk.n("locks"))
 		require.NoError(t, target.Shutdown())
 		require.Zero(t, fk.n("locks"))
 	})

@@ -79,7 +79,9 @@ func TestAllocFree(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, uint32(pointerTypeHSA), info.Type)
 			if kind == plugin.MemDevice {
-				require.Zero(t, info.HostBase, "VRAM has no host address")
+				// As ROCr: a host address for VRAM too; the owner tells.
+				require.Equal(t, p, info.HostBase, "ROCr reports hostBaseAddress == agentBaseAddress for VRAM")
+				require.Equal(t, d.agent, info.AgentOwner)
 			} else {
 				// Host and shared memory is host memory the host can use.
 				b := cmem.Bytes(p, 1000)

@@ -3,6 +3,7 @@ package amdgpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -198,12 +199,18 @@ func (d *device) UnlockHost(p uintptr) error {
 // ExternalLock reports whether [p, p+n) lies in memory the GPU can already
 // reach without a lock of ours: memory locked with hsa_amd_memory_lock by
 // someone else (HSA_EXT_POINTER_TYPE_LOCKED), or host memory of an HSA pool
-// (HSA_EXT_POINTER_TYPE_HSA with a host address, e.g. another device's host
+// (HSA_EXT_POINTER_TYPE_HSA owned by a CPU agent, e.g. another device's host
 // allocation), which the runtime refuses to lock and LLVM counts as pinned:
 // LockMem on it then succeeds without hsa_amd_memory_lock. A range the plugin
 // locked itself is not external: LockHost adds a reference to it. A runtime
 // without hsa_amd_pointer_info, or one that locks through SVM (where locked
 // memory reads as UNKNOWN), cannot tell of locks made outside the plugin.
+//
+// Memory of a GPU's pool (VRAM) is refused with ErrDeviceMemory: ROCr
+// reports hostBaseAddress == agentBaseAddress for every pool allocation,
+// VRAM included (Runtime::PtrInfo: "For device memory, hostBaseAddress is
+// either equal to agentBaseAddress or is NULL when the CPU does not have
+// access"), so only the owning agent tells host memory from device memory.
 func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return pinned.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
@@ -219,7 +226,14 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	switch {
 	case info.Type == pointerTypeLocked:
 		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
-	case info.Type == pointerTypeHSA && info.HostBase != 0:
+	case info.Type == pointerTypeHSA:
+		if g, ok := d.ownerGPU(info); ok {
+			return pinned.External{}, false, d.errorf(ErrDeviceMemory, "lock %#x+%d: [%#x, +%d) is memory of amdgpu device %d's pool (VRAM, flags %#x); only host memory can be locked",
+				p, n, info.AgentBase, info.SizeInBytes, g, info.GlobalFlags)
+		}
+		if info.HostBase == 0 {
+			return pinned.External{}, false, nil
+		}
 		// Host memory of a pool: GPU-accessible already, and the runtime
 		// refuses to lock it (hsakmt_fmm_register_memory).
 		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
@@ -230,6 +244,18 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 		return ext, false, d.errorf(ErrPartialExternalLock, "%#x+%d against [%#x, +%d)", p, n, ext.Host, ext.Size)
 	}
 	return ext, true, nil
+}
+
+// ownerGPU reports whether pool memory described by info belongs to a GPU
+// agent of the plugin, and which device that is. A runtime whose pointer
+// info ends before agentOwner (the first revision) cannot say: then memory
+// without a host address is taken for VRAM, as those runtimes reported it.
+func (d *device) ownerGPU(info pointerInfo) (int, bool) {
+	if uintptr(info.Size) < unsafe.Offsetof(info.AgentOwner)+unsafe.Sizeof(info.AgentOwner) {
+		return -1, info.HostBase == 0
+	}
+	i := slices.Index(d.gpus, info.AgentOwner)
+	return i, i >= 0
 }
 
 // pointerInfo asks what the runtime knows of p; a runtime without

@@ -25,9 +25,13 @@
 //     hsa_amd_pointer_info answers HSA_EXT_POINTER_TYPE_UNKNOWN for locked
 //     memory. ExternalLock asks hsa_amd_pointer_info whether a range was
 //     locked by someone else (with SVM it cannot tell) or is host memory of
-//     an HSA pool (HSA_EXT_POINTER_TYPE_HSA), which is GPU-accessible
-//     already and which the runtime refuses to lock: LockMem on it counts
-//     references and never calls hsa_amd_memory_lock;
+//     an HSA pool (HSA_EXT_POINTER_TYPE_HSA owned by a CPU agent), which is
+//     GPU-accessible already and which the runtime refuses to lock: LockMem
+//     on it counts references and never calls hsa_amd_memory_lock. Memory
+//     of a GPU's pool (VRAM, which ROCr also reports with a host address) is
+//     refused with ErrDeviceMemory. ROCr's unlock counts nothing and returns
+//     success even for memory not locked: a failed unlock (before it did
+//     anything) is reported as pinned.ErrStillLocked, to be retried;
 //   - copies with hsa_amd_memory_async_copy, completion signals and, on a
 //     queue, each copy depending on the previous one's signal. The host side
 //     of a copy must be memory the GPU can reach: ranges in the lock table

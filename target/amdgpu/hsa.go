@@ -166,6 +166,9 @@ var (
 	// ErrOverlap: a lock of a range that overlaps a range the plugin locked
 	// without lying inside it.
 	ErrOverlap = errors.New("overlaps a locked range")
+	// ErrDeviceMemory: a lock (llvm_omp_target_lock_mem) of memory of a
+	// GPU's pool (VRAM): only host memory can be locked.
+	ErrDeviceMemory = errors.New("device memory (VRAM), not host memory")
 	// ErrNoPeerAccess: a copy between two GPUs that cannot reach each
 	// other's memory (PeerAccess said no).
 	ErrNoPeerAccess = errors.New("the GPUs cannot reach each other's memory")

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"unsafe"
+
+	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // lockTable is every host range the plugin locked with hsa_amd_memory_lock,
@@ -83,8 +85,15 @@ func (t *lockTable) acquire(fn *syms, agents []uint64, p, n uintptr) (agent, bas
 }
 
 // release drops a reference acquire gave on the entry starting at base; the
-// last one unlocks. A failed unlock keeps the entry and its reference, so
-// the caller may retry.
+// last one unlocks. A failed unlock keeps the entry and its reference and
+// says pinned.ErrStillLocked, so the caller (the registry, the pinned heap)
+// keeps its own record and may retry. That is what ROCr makes true:
+// MemoryRegion::Unlock ignores what unmapping and deregistering find and
+// returns HSA_STATUS_SUCCESS, so a failure comes from before it changed
+// anything (HSA_STATUS_ERROR_NOT_INITIALIZED, an exception turned into a
+// status), and an unlock of memory no longer locked succeeds: a retry is
+// always safe. Its success also says nothing about a lock made outside the
+// plugin: nothing here relies on unlock failing for memory not locked.
 func (t *lockTable) release(fn *syms, base uintptr) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -97,7 +106,7 @@ func (t *lockTable) release(fn *syms, base uintptr) error {
 		return nil
 	}
 	if err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
 	}
 	i := t.findLocked(base)
 	t.ents = append(t.ents[:i], t.ents[i+1:]...)

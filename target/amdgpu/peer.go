@@ -29,7 +29,13 @@ func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 	if can, ok := d.peers[pd]; ok {
 		return can, nil
 	}
-	can := d.fn.agentPoolGetInfo != 0 && d.pools.coarse != nil && pd.pools.coarse != nil
+	// An agent without an allocatable coarse-grained pool has no VRAM to
+	// reach: no peer, and copies with it take target's pinned bounce.
+	if d.fn.agentPoolGetInfo == 0 || d.pools.coarse == nil || pd.pools.coarse == nil {
+		d.peers[pd] = false
+		return false, nil
+	}
+	can := true
 	for _, ap := range [][2]uint64{{pd.agent, d.pools.coarse.handle}, {d.agent, pd.pools.coarse.handle}} {
 		if !can {
 			break

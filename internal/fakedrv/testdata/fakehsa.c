@@ -26,9 +26,28 @@
  *    them with NULL, 0) and copies by another GPU agent are refused; memory
  *    of a pool (HSA_EXT_POINTER_TYPE_HSA) cannot be locked, as
  *    hsakmt_fmm_register_memory refuses it;
- *  - hsa_amd_memory_unlock and hsa_amd_memory_pool_free want the exact
- *    pointer that was locked or allocated; a lock overlapping another lock
- *    with a different range is refused;
+ *  - hsa_amd_memory_pool_free wants the exact pointer that was allocated; a
+ *    lock overlapping another lock with a different range is refused;
+ *  - locks are not counted. ROCr's MemoryRegion::Lock registers and maps the
+ *    range again for every call, and MemoryRegion::Unlock does
+ *        MakeKfdMemoryUnresident(host_ptr);
+ *        DeregisterMemory(host_ptr);
+ *        return HSA_STATUS_SUCCESS;
+ *    (src/core/runtime/amd_memory_region.cpp): the first unlock takes the
+ *    GPU mapping away however many locks of the range preceded it, and the
+ *    SVM path (hsaKmtRegisterMemory through KFD SVM attributes) counts
+ *    nothing at all. So a second lock of an identical range succeeds with the
+ *    same agent pointer, and the first unlock ends it;
+ *  - hsa_amd_memory_unlock of memory that is not locked (never, or no more,
+ *    or an interior pointer) returns HSA_STATUS_SUCCESS and does nothing, as
+ *    that same Unlock does: its result says nothing about the lock;
+ *  - hsa_amd_pointer_info of any pool allocation, VRAM included, reports
+ *    hostBaseAddress == agentBaseAddress, as ROCr does on current systems
+ *    (libhsakmt's CPUAddress is the allocation's address; ROCr's own comment
+ *    in Runtime::PtrInfo: "For device memory, hostBaseAddress is either equal
+ *    to agentBaseAddress or is NULL when the CPU does not have access"), so a
+ *    host address does not tell host memory from VRAM: agentOwner and
+ *    global_flags do;
  *  - destroying a signal that a pending copy still uses fails with
  *    HSA_STATUS_ERROR_RESOURCE_FREE.
  *
@@ -51,6 +70,15 @@
  *                           A GPU without an entry (the default) refuses both
  *                           with HSA_STATUS_ERROR_INVALID_ARGUMENT, as a runtime
  *                           that lacks the attributes does
+ *  FAKEHSA_NO_COARSE_GPUS=I[,I...]  the GPUs (0-based) whose coarse-grained pool
+ *                           cannot be allocated from (RUNTIME_ALLOC_ALLOWED false):
+ *                           such an agent offers no VRAM for hsa_amd_memory_pool_allocate
+ *  FAKEHSA_APU=1            every GPU is a full-profile APU (HSA_AGENT_INFO_PROFILE
+ *                           answers HSA_PROFILE_FULL): ROCr's MemoryRegion::Lock
+ *                           "For APU, any host pointer is always accessible by the
+ *                           gpu" returns the host pointer itself and registers
+ *                           nothing (pointer info says UNKNOWN), Unlock returns
+ *                           success at once, and async copies take any host memory
  * Read on every call, so a test may change it between calls:
  *  FAKEHSA_FAIL=SPEC[,SPEC...] with SPEC = FUNCTION:N[:CODE]
  *      the Nth call of FUNCTION (counted from the first call of any function
@@ -63,10 +91,16 @@
  *                           through the KFD SVM API (the default on current GPUs
  *                           unless HSA_USE_SVM=0)
  *
- * Test hook (not in the real library): int64_t fakehsa_count(const char *what)
+ * Test hooks (not in the real library): int64_t fakehsa_count(const char *what)
  * with what = "signals" (live), "allocs", "locks", "pending" (copies not yet
  * performed), "copies" (performed), "inits" (reference count), "lock_calls"
- * (successful hsa_amd_memory_lock calls).
+ * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
+ * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
+ * "gated" (calls waiting at a closed gate); void fakehsa_gate(const char *fn,
+ * int closed) closes or opens a gate in front of fn ("hsa_amd_memory_unlock"
+ * or "hsa_amd_memory_lock"): a call arriving at a closed gate waits, holding
+ * no lock of the fake, until the gate opens, as a device-synchronizing call
+ * may take milliseconds to seconds.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -122,6 +156,7 @@ enum { /* hsa_system_info_t */
 enum { /* hsa_agent_info_t, hsa_amd_agent_info_t */
     HSA_AGENT_INFO_NAME = 0,
     HSA_AGENT_INFO_VENDOR_NAME = 1,
+    HSA_AGENT_INFO_PROFILE = 4, /* hsa_profile_t: 0 base, 1 full */
     HSA_AGENT_INFO_NODE = 16,
     HSA_AGENT_INFO_DEVICE = 17,
     HSA_AMD_AGENT_INFO_BDFID = 0xA006, /* uint32_t (uint16_t in old headers) */
@@ -205,7 +240,6 @@ struct alloc {
 struct lock {
     uintptr_t host, agent;
     size_t size;
-    int refs;
     uint64_t access; /* bit per agent index: the agents the lock maps it for */
 };
 
@@ -243,6 +277,7 @@ static int npools;
 static struct pool pools[MAX_AGENTS * POOLS_PER_AGENT];
 static long delay_us = 2000;
 static bool no_peer; /* FAKEHSA_NO_PEER: GPUs cannot reach each other's memory */
+static bool apu;     /* FAKEHSA_APU: full-profile GPUs */
 
 static struct alloc *allocs;
 static int nallocs, capallocs;
@@ -254,7 +289,7 @@ static struct sig *free_sigs;
 static int64_t live_sigs;
 
 static struct job *jobs_head, *jobs_tail, *job_running;
-static int64_t jobs_pending, copies_done, lock_calls;
+static int64_t jobs_pending, copies_done, lock_calls, unlock_calls, stray_unlocks;
 static bool worker_started;
 
 /* ---- configuration and error injection ---- */
@@ -359,6 +394,7 @@ static void configure(void) {
     int gpus = (int)env_long("FAKEHSA_GPUS", 2, 0, MAX_GPUS);
     delay_us = env_long("FAKEHSA_COPY_DELAY_US", 2000, 0, 60000000);
     no_peer = env_long("FAKEHSA_NO_PEER", 0, 0, 1) == 1;
+    apu = env_long("FAKEHSA_APU", 0, 0, 1) == 1;
     size_t vram = (size_t)env_long("FAKEHSA_VRAM_MB", 1024, 1, 1 << 20) << 20;
     nagents = 0;
     npools = 0;
@@ -378,6 +414,13 @@ static void configure(void) {
         add_pool(i, HSA_AMD_SEGMENT_GLOBAL, FLAG_FINE_GRAINED, vram / 4, true);
         add_pool(i, HSA_AMD_SEGMENT_GROUP, 0, 64 << 10, false);
     }
+    for (const char *nc = getenv("FAKEHSA_NO_COARSE_GPUS"); nc != NULL && *nc != 0;) {
+        char *end;
+        long g = strtol(nc, &end, 10);
+        if (end == nc) break;
+        if (g >= 0 && g < gpus) pools[agents[1 + g].pools[0]].alloc_allowed = false;
+        nc = *end == ',' ? end + 1 : end;
+    }
     const char *pci = getenv("FAKEHSA_PCI");
     for (int g = 0; pci && *pci && g < gpus; g++) {
         unsigned dom, bus, dev, fn;
@@ -390,6 +433,35 @@ static void configure(void) {
         const char *end = strchr(pci, ',');
         pci = end ? end + 1 : "";
     }
+}
+
+/* ---- gates (test hook fakehsa_gate) ---- */
+
+enum { GATE_LOCK, GATE_UNLOCK, NGATES };
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static bool gate_closed[NGATES];
+static int64_t gated;
+
+/* gate_wait holds a call while its gate is closed, with no lock of the fake
+ * held, as a call that waits for the device does. */
+static void gate_wait(int g) {
+    pthread_mutex_lock(&gate_mu);
+    if (gate_closed[g]) {
+        gated++;
+        while (gate_closed[g]) pthread_cond_wait(&gate_cv, &gate_mu);
+        gated--;
+    }
+    pthread_mutex_unlock(&gate_mu);
+}
+
+void fakehsa_gate(const char *fn, int closed) {
+    int g = strcmp(fn, "hsa_amd_memory_lock") == 0 ? GATE_LOCK : strcmp(fn, "hsa_amd_memory_unlock") == 0 ? GATE_UNLOCK : -1;
+    if (g < 0) return;
+    pthread_mutex_lock(&gate_mu);
+    gate_closed[g] = closed != 0;
+    pthread_cond_broadcast(&gate_cv);
+    pthread_mutex_unlock(&gate_mu);
 }
 
 /* ---- init ---- */
@@ -502,6 +574,9 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, int attribute, void *value) {
     case HSA_AGENT_INFO_VENDOR_NAME:
         memset(value, 0, 64);
         strcpy(value, agents[i].type == HSA_DEVICE_TYPE_GPU ? "AMD" : "CPU");
+        return HSA_STATUS_SUCCESS;
+    case HSA_AGENT_INFO_PROFILE:
+        *(uint32_t *)value = agents[i].type == HSA_DEVICE_TYPE_GPU && apu ? 1 : 0;
         return HSA_STATUS_SUCCESS;
     case HSA_AGENT_INFO_NODE: *(uint32_t *)value = (uint32_t)i; return HSA_STATUS_SUCCESS;
     case HSA_AGENT_INFO_DEVICE: *(uint32_t *)value = (uint32_t)agents[i].type; return HSA_STATUS_SUCCESS;
@@ -682,6 +757,7 @@ hsa_status_t hsa_amd_agents_allow_access(uint32_t num_agents, const hsa_agent_t 
 hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agents_, int num_agent,
                                  void **agent_ptr) {
     ENTER("hsa_amd_memory_lock");
+    gate_wait(GATE_LOCK);
     if (host_ptr == NULL || size == 0 || agent_ptr == NULL || num_agent < 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     if (num_agent > 0 && agents_ == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     uint64_t access = 0;
@@ -693,11 +769,21 @@ hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agent
     if (num_agent == 0) access = (1ull << nagents) - 1; /* NULL, 0: every agent */
     uintptr_t h = (uintptr_t)host_ptr;
     if (h + size < h || (h & (DEV_BIAS | LOCK_BIAS))) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    if (apu) {
+        /* MemoryRegion::Lock: "For APU, any host pointer is always accessible
+         * by the gpu": *agent_ptr = host_ptr, nothing registered. */
+        pthread_mutex_lock(&mu);
+        lock_calls++;
+        pthread_mutex_unlock(&mu);
+        *agent_ptr = host_ptr;
+        return HSA_STATUS_SUCCESS;
+    }
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nlocks; i++) {
         struct lock *l = &locks[i];
         if (l->host == h && l->size == size) {
-            l->refs++;
+            /* Registered and mapped again: one lock, not a count (see the
+             * file comment); the first unlock ends it. */
             l->access |= access;
             lock_calls++;
             *agent_ptr = (void *)l->agent;
@@ -717,25 +803,33 @@ hsa_status_t hsa_amd_memory_lock(void *host_ptr, size_t size, hsa_agent_t *agent
         caplocks = caplocks ? 2 * caplocks : 64;
         locks = realloc(locks, (size_t)caplocks * sizeof *locks);
     }
-    locks[nlocks++] = (struct lock){.host = h, .agent = h + LOCK_BIAS, .size = size, .refs = 1, .access = access};
+    locks[nlocks++] = (struct lock){.host = h, .agent = h + LOCK_BIAS, .size = size, .access = access};
     lock_calls++;
     pthread_mutex_unlock(&mu);
     *agent_ptr = (void *)(h + LOCK_BIAS);
     return HSA_STATUS_SUCCESS;
 }
 
+/* MemoryRegion::Unlock ignores what MakeKfdMemoryUnresident and
+ * DeregisterMemory find and returns HSA_STATUS_SUCCESS: unlocking memory that
+ * is not locked (or an interior pointer) succeeds and does nothing. The one
+ * unlock of a range unmaps it whatever number of locks preceded. */
 hsa_status_t hsa_amd_memory_unlock(void *host_ptr) {
     ENTER("hsa_amd_memory_unlock");
+    gate_wait(GATE_UNLOCK);
     pthread_mutex_lock(&mu);
-    for (int i = 0; i < nlocks; i++) {
+    unlock_calls++;
+    bool found = false;
+    for (int i = 0; i < nlocks && !apu; i++) {
         if (locks[i].host == (uintptr_t)host_ptr) {
-            if (--locks[i].refs == 0) locks[i] = locks[--nlocks];
-            pthread_mutex_unlock(&mu);
-            return HSA_STATUS_SUCCESS;
+            locks[i] = locks[--nlocks];
+            found = true;
+            break;
         }
     }
+    if (!found && !apu) stray_unlocks++;
     pthread_mutex_unlock(&mu);
-    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    return HSA_STATUS_SUCCESS;
 }
 
 hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t),
@@ -770,7 +864,8 @@ hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info,
             struct pool *pl = &pools[a->pool];
             r.type = HSA_EXT_POINTER_TYPE_HSA;
             r.agentBaseAddress = (void *)a->addr;
-            r.hostBaseAddress = a->addr & DEV_BIAS ? NULL : (void *)a->addr;
+            /* Every pool allocation, VRAM included (see the file comment). */
+            r.hostBaseAddress = (void *)a->addr;
             r.sizeInBytes = a->size;
             r.agentOwner = (hsa_agent_t){AGENT_BASE + (uint64_t)pl->agent};
             r.global_flags = pl->flags;
@@ -941,6 +1036,10 @@ static hsa_status_t translate_locked(uintptr_t p, size_t n, uint64_t gpus, void 
         }
     }
     struct alloc *a = find_alloc_locked(p, n);
+    if (a == NULL && apu && !(p & (DEV_BIAS | LOCK_BIAS)) && p != 0) {
+        *real = (void *)p; /* a full-profile GPU reaches all host memory */
+        return HSA_STATUS_SUCCESS;
+    }
     if (a == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     if ((a->access & gpus) != gpus) return HSA_STATUS_ERROR_INVALID_AGENT;
     *real = (char *)a->real + (p - a->addr);
@@ -1070,7 +1169,14 @@ int64_t fakehsa_count(const char *what) {
     else if (strcmp(what, "pending") == 0) n = jobs_pending;
     else if (strcmp(what, "copies") == 0) n = copies_done;
     else if (strcmp(what, "lock_calls") == 0) n = lock_calls;
+    else if (strcmp(what, "unlock_calls") == 0) n = unlock_calls;
+    else if (strcmp(what, "stray_unlocks") == 0) n = stray_unlocks;
     else if (strcmp(what, "inits") == 0) n = refs;
     pthread_mutex_unlock(&mu);
+    if (strcmp(what, "gated") == 0) {
+        pthread_mutex_lock(&gate_mu);
+        n = gated;
+        pthread_mutex_unlock(&gate_mu);
+    }
     return n;
 }

@@ -159,7 +159,9 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 		}
 		p, err := a.target.alloc(a, size, al, zero)
 		if err != nil {
-			a.releasePool(int64(size))
+			if a.traits.PoolSize > 0 { // only a pool_size reserved anything
+				a.releasePool(int64(size))
+			}
 		} else if leakCheck.Load() {
 			leakRecordAlloc(a, p, size)
 		}

@@ -22,10 +22,12 @@ type targetBackend struct {
 }
 
 type targetBlock struct {
-	a    *Allocator
-	dev  *target.Device
-	kind plugin.MemKind
-	size uintptr
+	a      *Allocator
+	dev    *target.Device
+	kind   plugin.MemKind
+	size   uintptr
+	base   uintptr // what the driver returned: below the block when it was aligned up
+	charge int64   // what the block took from the allocator's pool_size (0 without one)
 }
 
 var targetBlocks sync.Map // uintptr → targetBlock
@@ -45,6 +47,14 @@ func newTargetBackend(ms memspace.ID, set traits.Set) (*targetBackend, error) {
 	return tb, nil
 }
 
+// alloc serves a block of a target memory space. A driver aligns its
+// blocks to what it aligns them to (a page for the host device, 256 or 512
+// bytes for CUDA), not to the allocator's alignment trait: when the address
+// it returned is not aligned, the block is allocated again align-1 bytes
+// larger and the aligned address inside it handed out, keeping the base for
+// the free, as the host heap does. The caller reserved size bytes of the
+// pool (if any); alloc reserves the extra itself and, on every failure,
+// releases exactly that.
 func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (unsafe.Pointer, error) {
 	dev := tb.dev
 	if dev < 0 {
@@ -57,18 +67,40 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	if zero && tb.kind == plugin.MemDevice && !d.IsHost() {
 		return nil, fmt.Errorf("%w: zeroed device memory from %v", ErrNotSupported, a)
 	}
-	p, err := d.Alloc(tb.kind, size)
+	base, err := d.Alloc(tb.kind, size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
 	}
-	if p%align != 0 {
-		_ = d.Free(tb.kind, p)
-		return nil, fmt.Errorf("%w: device %d returned %#x, not aligned to %d", ErrNotSupported, dev, p, align)
+	p, extra := base, uintptr(0)
+	if base%align != 0 {
+		if err := d.Free(tb.kind, base); err != nil {
+			return nil, fmt.Errorf("%w: %v: free of a misaligned block to allocate it again: %w", ErrDevice, a, err)
+		}
+		extra = align - 1
+		if size+extra < size {
+			return nil, fmt.Errorf("%w: %v: %d bytes aligned to %d", ErrTooLarge, a, size, align)
+		}
+		if a.traits.PoolSize > 0 {
+			if err := a.reservePool(size+extra, int64(extra)); err != nil {
+				return nil, err
+			}
+		}
+		if base, err = d.Alloc(tb.kind, size+extra); err != nil {
+			if a.traits.PoolSize > 0 {
+				a.releasePool(int64(extra))
+			}
+			return nil, fmt.Errorf("%w: %v: %d bytes aligned to %d: %w", ErrDevice, a, size, align, err)
+		}
+		p = (base + extra) &^ extra
 	}
 	if zero {
 		cmem.Zero(p, size)
 	}
-	targetBlocks.Store(p, targetBlock{a: a, dev: d, kind: tb.kind, size: size})
+	b := targetBlock{a: a, dev: d, kind: tb.kind, size: size, base: base}
+	if a.traits.PoolSize > 0 {
+		b.charge = int64(size + extra)
+	}
+	targetBlocks.Store(p, b)
 	a.count(int64(size), int64(size))
 	return cmem.Ptr(p), nil
 }
@@ -80,13 +112,11 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 	}
 	b := v.(targetBlock)
 	b.a.count(-int64(b.size), -int64(b.size))
-	if b.a.traits.PoolSize > 0 {
-		b.a.releasePool(int64(b.size))
-	}
+	b.a.releasePool(b.charge)
 	if b.a.releasable() {
 		b.a.release()
 	}
-	if err := b.dev.Free(b.kind, uintptr(p)); err != nil {
+	if err := b.dev.Free(b.kind, b.base); err != nil {
 		return true, fmt.Errorf("%w: %v: free of %p: %w", ErrDevice, b.a, p, err)
 	}
 	return true, nil

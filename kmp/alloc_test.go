@@ -218,6 +218,8 @@ func TestChild(t *testing.T) {
 		Free(p, NullAllocator)
 		SetDefaultAllocator(NullAllocator)
 		require.Equal(t, DefaultMemAlloc, GetDefaultAllocator())
+	case "foreign-memcpy":
+		foreignMemcpyChild(t)
 	case "env":
 		os.Stdout.WriteString("default=" + itoa(uintptr(GetDefaultAllocator())) + "\n")
 		p := Alloc(10, NullAllocator)

@@ -2,6 +2,7 @@ package kmp
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -64,4 +65,45 @@ func TestTargetMemcpyInsideBlock(t *testing.T) {
 	for i := range 56 {
 		require.Equal(t, byte(i+8), *(*byte)(add(other, uintptr(i))), "byte %d", i)
 	}
+}
+
+// Issue 23, item 8: omp_target_memcpy on memory the runtime does not know
+// cannot be bound-checked, and a copy running off the mapping (or at an
+// offset far past it) ended in "fatal error: fault". It gives -1 and one
+// warning now. In a child: before the fix it took the process down.
+func TestTargetMemcpyForeignFaultIsAnError(t *testing.T) {
+	out := runChild(t, "foreign-memcpy")
+	require.Contains(t, out, "foreign copies refused: 4")
+}
+
+func foreignMemcpyChild(t *testing.T) {
+	host := GetInitialDevice()
+	pg := uintptr(os.Getpagesize())
+	m := pages(t, 2)
+	require.NoError(t, syscall.Mprotect(unsafe.Slice((*byte)(add(m, pg)), pg), syscall.PROT_NONE))
+	other := pages(t, 2)
+	refused := 0
+	for _, tt := range []struct {
+		name              string
+		dst, src          unsafe.Pointer
+		n, dstOff, srcOff uintptr
+	}{
+		{"source runs off its mapping", other, m, 2 * pg, 0, 0},
+		{"source offset far past", other, m, 64, 0, 1 << 40},
+		{"destination runs off its mapping", m, other, 2 * pg, 0, 0},
+		{"destination offset into the hole", m, other, 64, pg, 0},
+	} {
+		var rc int
+		w := targetWarnings(t, func() { rc = TargetMemcpy(tt.dst, tt.src, tt.n, tt.dstOff, tt.srcOff, host, host) })
+		require.Equal(t, -1, rc, tt.name)
+		require.Len(t, w, 1, "%s: %q", tt.name, w)
+		require.Contains(t, w[0], "omp_target_memcpy")
+		require.Contains(t, w[0], "bad address")
+		refused++
+	}
+	// The process goes on: a good copy works.
+	*(*byte)(m) = 42
+	require.Equal(t, 0, TargetMemcpy(other, m, pg, 0, 0, host, host))
+	require.Equal(t, byte(42), *(*byte)(other))
+	os.Stdout.WriteString("foreign copies refused: " + itoa(uintptr(refused)) + "\n")
 }

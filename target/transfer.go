@@ -34,8 +34,7 @@ func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
 		if err := dd.usable(); err != nil {
 			return err
 		}
-		cmem.Copy(dst, src, n)
-		return nil
+		return hostCopy(dst, src, n)
 	case sd.host:
 		return dd.Submit(dst, src, n, nil)
 	case dd.host:
@@ -79,8 +78,7 @@ func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
 		if err := q.Synchronize(); err != nil {
 			return err
 		}
-		cmem.Copy(dst, src, n)
-		return nil
+		return hostCopy(dst, src, n)
 	case sd.host:
 		return dd.Submit(dst, src, n, q)
 	case dd.host:
@@ -99,6 +97,18 @@ func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
 		return err
 	}
 	return bounce(dd, sd, dst, src, n)
+}
+
+// hostCopy copies between two host ranges the caller may not have bounded:
+// memory the runtime does not know (omp_target_memcpy of a foreign pointer
+// and an offset) is only known to be mapped when the copy does not fault,
+// and a fault is an error matching ErrInvalidArgument, not the end of the
+// process (cmem.CopyChecked).
+func hostCopy(dst, src, n uintptr) error {
+	if err := cmem.CopyChecked(dst, src, n); err != nil {
+		return fmt.Errorf("host memcpy: %w: %w", ErrInvalidArgument, err)
+	}
+	return nil
 }
 
 func other(d, a, b *Device) *Device {
@@ -310,7 +320,10 @@ func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err e
 			}
 		}
 	}
-	cmem.Copy(b.p, src, n)
+	if err := hostCopy(b.p, src, n); err != nil {
+		d.pool.put(b, false)
+		return true, fmt.Errorf("device %d: submit of %d bytes from %#x (staged) to %#x: %w", d.ID, n, src, dst, err)
+	}
 	// The queue gets the buffer only once the copy reading it is issued.
 	err = q.issue(func(qi plugin.QueueImpl) error {
 		return d.impl.Copy(dst, b.p, n, plugin.HostToDevice, qi)

@@ -297,7 +297,9 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	if dst == 0 || src == 0 {
 		return fmt.Errorf("host copy %s of %d bytes from %#x to %#x: %w", dir, n, src, dst, ErrInvalid)
 	}
-	cmem.Copy(dst, src, n)
+	if err := cmem.CopyChecked(dst, src, n); err != nil { // a foreign range may fault
+		return fmt.Errorf("host copy %s: %w: %w", dir, ErrInvalid, err)
+	}
 	return nil
 }
 

@@ -10,12 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestMain(m *testing.M) {
+	testenv.Neutralize(driversChildEnv, peerChildEnv, unavailableChildEnv, "OMPALLOC_TARGET_ORDERING_CHILD")
 	code := m.Run()
 	if code == 0 {
 		// Before Shutdown, which would release them: nothing may still be

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // The command is tested end to end: built once per test binary with the go
@@ -32,6 +33,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testenv.Neutralize() // the CLI runs in children with the settings each test gives
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)

@@ -9,11 +9,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	testenv.Neutralize("LEAKCHECK_TEST_LEAKY")
+	Main(m)
+}
 
 func leakyHelper(t *testing.T, a *alloc.Allocator) unsafe.Pointer {
 	p, err := a.Alloc(123)

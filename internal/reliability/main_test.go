@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/internal/leakcheck"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // TestMain fails the run if the tests leave blocks, pinned bytes, registry
@@ -13,6 +14,7 @@ import (
 // injected and survived. Child processes check their own baseline at the
 // end of their test instead.
 func TestMain(m *testing.M) {
+	testenv.Neutralize(childEnv)
 	code := leakcheck.Run(m, childEnv)
 	if os.Getenv(childEnv) == "" && faultsSurvived.Load() > 0 {
 		fmt.Printf("reliability: %d driver and device faults injected and survived\n", faultsSurvived.Load())

@@ -1,0 +1,85 @@
+package testenv
+
+import (
+	"os"
+	"strings"
+)
+
+// Marker is set by Neutralize in the environment it leaves, so that a
+// child process started with os.Environ() (whose variables the parent test
+// chose) keeps them.
+const Marker = "OMPALLOC_TEST_ENV_NEUTRAL"
+
+// prefixes of the variables that change what OpenMP runtimes and ompalloc do.
+var prefixes = []string{"OMP_", "OMPALLOC_", "KMP_", "LIBOMPTARGET_", "GOMP_"}
+
+// kept are variables with those prefixes that Neutralize leaves alone:
+// which drivers exist, and the test run's own switches.
+var kept = map[string]bool{
+	"OMPALLOC_CUDA_LIBRARY": true,
+	"OMPALLOC_HSA_LIBRARY":  true,
+	"OMPALLOC_DISABLE_CUDA": true,
+	"OMPALLOC_DISABLE_HSA":  true,
+	"OMPALLOC_REAL_CUDA":    true,
+	"OMPALLOC_REAL_HSA":     true,
+	"OMPALLOC_GPU_DRYRUN":   true,
+	"OMPALLOC_LEAKCHECK":    true,
+	Marker:                  true,
+}
+
+// Kept reports whether Neutralize leaves the variable name alone.
+func Kept(name string) bool {
+	return kept[name] || strings.HasSuffix(name, "_CHILD") || strings.HasPrefix(name, "OMPALLOC_TEST_") ||
+		strings.Contains(name, "_TEST_")
+}
+
+// Settings returns the variables Neutralize would remove from env (in
+// os.Environ's "NAME=value" form), by name.
+func Settings(env []string) []string {
+	var names []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) && !Kept(name) {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// Neutralize removes the user's OpenMP and ompalloc settings from the
+// process environment and reports true. It does nothing and reports false
+// in a child process a test started: when the marker is set (the parent
+// already neutralized, and what is set now the parent test set on purpose)
+// or one of childEnv is. Call it first thing in TestMain.
+func Neutralize(childEnv ...string) (parent bool) {
+	if os.Getenv(Marker) != "" {
+		return false
+	}
+	for _, e := range childEnv {
+		if os.Getenv(e) != "" {
+			return false
+		}
+	}
+	for _, n := range Settings(os.Environ()) {
+		_ = os.Unsetenv(n)
+	}
+	_ = os.Setenv(Marker, "1")
+	return true
+}
+
+// Hostile are settings that change the library's behaviour the most: a
+// test run with all of them exported must pass like one without (the
+// check in .ci/run and TestNeutralize).
+var Hostile = []string{
+	"OMPALLOC_PINNED_LIMIT=0",
+	"OMP_ALLOCATOR=omp_default_mem_space:alignment=64,pinned=true,fallback=null_fb",
+	"OMP_DEFAULT_DEVICE=1",
+	"OMPALLOC_HUGEPAGES=hugetlb",
+	"OMPALLOC_STAGING_THRESHOLD=0",
+	"OMPALLOC_STAGING_POOL=1K",
+	"LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS=mandatory",
+	"OMP_DISPLAY_ENV=true",
+}

@@ -37,7 +37,11 @@ var (
 // free happens at the q.Synchronize, q.Query or q.Close that finds the work
 // done, or before FreeAfter returns when it already is. nil is a no-op; a
 // pointer this runtime did not return, or one already freed or waiting to
-// be, is an error and changes nothing.
+// be, is an error and changes nothing. Once q has taken the free, FreeAfter
+// returns nil, even when the driver fails the query that would have freed
+// the block at once: the free stays queued (the next Synchronize reports
+// the driver's error), so an error always means the block is still the
+// caller's, and nil that it is the queue's.
 func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 	if p == nil {
 		return nil

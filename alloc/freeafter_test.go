@@ -125,6 +125,23 @@ func TestFreeAfterChild(t *testing.T) {
 				require.NoError(t, Free(ptr(next)))
 			})
 
+			t.Run("FreeAfter whose query fails", func(t *testing.T) {
+				if d.Plugin() != "cuda" {
+					t.Skip("the failure is injected into the fake libcuda")
+				}
+				src := block()
+				fill(src, 7)
+				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				n0 := a.Stats().BlocksLive
+				t.Setenv("FAKECUDA_FAIL", "cuStreamQuery")
+				require.NoError(t, FreeAfter(ptr(src), q), "taken by the queue: an error would make the caller free it twice")
+				require.ErrorIs(t, Free(ptr(src)), ErrDoubleFree, "its free waits for the queue")
+				require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
+				require.Equal(t, n0, a.Stats().BlocksLive)
+				require.NoError(t, q.Synchronize())
+				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed once, by the Synchronize")
+			})
+
 			t.Run("nothing in flight frees at once", func(t *testing.T) {
 				p := block()
 				require.NoError(t, q.Synchronize())
@@ -161,4 +178,72 @@ func TestFreeAfterChild(t *testing.T) {
 	require.Zero(t, deferredFrees.Load())
 	require.Zero(t, deferredFailures.Load())
 	require.False(t, target.HostInUse())
+}
+
+// TestFreeAfterCrossDevice runs TestFreeAfterCrossDeviceChild with two fake
+// CUDA devices whose async copies land 200 ms late.
+func TestFreeAfterCrossDevice(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	cudaLib := fakedrv.Build(t, "fakecuda")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFreeAfterCrossDeviceChild$", "-test.v", "-test.count=1", "-test.timeout=120s")
+	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=crossdevice", "OMPALLOC_DISABLE_HSA=1",
+		"OMPALLOC_CUDA_LIBRARY="+cudaLib, "FAKECUDA_DEVICES=2", "FAKECUDA_COPY_DELAY_US=200000")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestFreeAfterCrossDeviceChild", "%s", out)
+}
+
+// A block of device 0's pinned heap is registered PORTABLE: a copy on a
+// queue of device 1 into it is late like any pinned copy, so a Free right
+// after submitting must not hand the slot out again before the copy landed.
+func TestFreeAfterCrossDeviceChild(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "crossdevice" {
+		t.Skip("run by TestFreeAfterCrossDevice")
+	}
+	d0, err := target.Get(0)
+	require.NoError(t, err)
+	d1, err := target.Get(1)
+	require.NoError(t, err)
+	require.Equal(t, "cuda", d0.Plugin())
+	require.Equal(t, "cuda", d1.Plugin())
+	const n = 4096
+	a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d0.ID))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Destroy()) }()
+	dev, err := d1.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d1.Free(plugin.MemDevice, dev)) }()
+	q, err := d1.NewQueue()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Close()) }()
+	block := func() []byte {
+		p, err := a.Alloc(n)
+		require.NoError(t, err)
+		return cmem.Bytes(uintptr(p), n)
+	}
+	ptr := func(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+	fill := func(b []byte, seed byte) []byte {
+		for i := range b {
+			b[i] = byte(i*13) + seed
+		}
+		return append([]byte(nil), b...)
+	}
+
+	src := make([]byte, n)
+	fill(src, 1)
+	require.NoError(t, d1.Submit(dev, uintptr(unsafe.Pointer(&src[0])), n, nil))
+	dst := block()
+	require.NoError(t, d1.Retrieve(uintptr(ptr(dst)), dev, n, q))
+	require.NoError(t, Free(ptr(dst)), "freed while device 1's copy writes it")
+	next := block() // the heap would hand the same slot out again
+	mine := fill(next, 2)
+	require.NoError(t, q.Synchronize())
+	require.True(t, bytes.Equal(mine, next), "the late copy on device 1 wrote into the next block")
+	_, err = BlockSize(ptr(dst))
+	if &dst[0] != &next[0] {
+		require.ErrorIs(t, err, ErrDoubleFree, "freed once the copy completed")
+	}
+	require.NoError(t, Free(ptr(next)))
 }

@@ -34,6 +34,7 @@ type fakeImpl struct {
 	failHostAlloc atomic.Bool
 	failLock      atomic.Bool
 	failSync      atomic.Bool // queues' Synchronize fails (Destroy still waits)
+	failQuery     atomic.Bool // queues' Query fails
 
 	gateMu sync.Mutex
 	gate   chan struct{} // while not nil, queue workers wait for it to close
@@ -293,6 +294,9 @@ func (q *fakeQueue) work() {
 }
 
 func (q *fakeQueue) Query() (bool, error) {
+	if q.f.failQuery.Load() {
+		return false, fmt.Errorf("fake query: %w", errInjected)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.ops) == 0, nil

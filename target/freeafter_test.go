@@ -119,3 +119,95 @@ func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 	f.failSync.Store(false)
 	require.Equal(t, int32(1), ran.Load())
 }
+
+// A FreeAfter whose immediate query fails has still taken the function: it
+// returns nil (an error would tell the caller to free the block itself, and
+// the queue would free it a second time, perhaps under a new owner) and the
+// function runs once, at the Synchronize that finds the work done.
+func TestQueueFreeAfterQueryFails(t *testing.T) {
+	f, d := withFake(t, 0)
+	const n = 4096
+	dev, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Close()) }()
+
+	var ran atomic.Int32
+	f.holdWork()
+	defer f.release() // before the Close above waits for the work
+	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	f.failQuery.Store(true)
+	t.Cleanup(func() { f.failQuery.Store(false) })
+	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }), "taken: the failed query is no error of FreeAfter's")
+	require.Zero(t, ran.Load())
+	f.failQuery.Store(false)
+	f.release()
+	require.NoError(t, q.Synchronize())
+	require.Equal(t, int32(1), ran.Load(), "run once, by the Synchronize")
+
+	// Idle queue, failing query: still taken, run by the next Synchronize.
+	f.failQuery.Store(true)
+	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	f.failQuery.Store(false)
+	require.NoError(t, q.Synchronize())
+	require.Equal(t, int32(2), ran.Load())
+}
+
+// Memory one device pinned is pinned for every device of its plugin (CUDA
+// registers PORTABLE, HSA locks for every agent), so a queued copy on
+// another device of that plugin reads or writes it late too: that copy is
+// a use of the memory, and a free of it waits for the copy, though the
+// copying device's registry does not know the memory.
+func TestFreeAfterUseAcrossDevices(t *testing.T) {
+	f0, f1 := newFake("fake0", 0), newFake("fake1", 0)
+	withPlugins(t, &fakePlugin{name: "fake", impls: []plugin.Impl{f0, f1}})
+	t.Cleanup(f0.release)
+	t.Cleanup(f1.release)
+	d0, err := Get(0)
+	require.NoError(t, err)
+	d1, err := Get(1)
+	require.NoError(t, err)
+	const n = 1 << 20 // above the staging threshold: Submit copies from it directly
+	h := hostMem(t, n)
+	_, err = d0.LockMem(h, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d0.UnlockMem(h)) }()
+	dev, err := d1.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d1.Free(plugin.MemDevice, dev)) }()
+	q, err := d1.NewQueue()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, q.Close()) }()
+
+	for _, tc := range []struct {
+		name string
+		copy func() error
+	}{
+		{"retrieve into it", func() error { return d1.Retrieve(h, dev, n, q) }},
+		{"submit from it", func() error { return d1.Submit(dev, h, n, q) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var freed atomic.Int32
+			f1.holdWork()
+			defer f1.release()
+			require.NoError(t, tc.copy())
+			require.True(t, HostInUse(), "the copy on device 1 uses memory device 0 pinned")
+			require.True(t, FreeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
+			require.Zero(t, freed.Load())
+			f1.release()
+			require.NoError(t, q.Synchronize())
+			require.Equal(t, int32(1), freed.Load())
+			require.False(t, HostInUse())
+		})
+	}
+
+	// Memory no registry knows is no use: the free goes at once.
+	other := hostMem(t, n)
+	f1.holdWork()
+	require.NoError(t, d1.Retrieve(other, dev, n, q))
+	require.False(t, HostInUse())
+	f1.release()
+	require.NoError(t, q.Synchronize())
+}

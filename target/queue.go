@@ -251,6 +251,12 @@ func (d *Device) release(done []pending) {
 // record_stream. It runs at the Synchronize, Query or Close that finds that
 // work done, or before FreeAfter returns when it already is; never from a
 // driver thread. alloc.FreeAfter frees a block this way.
+//
+// An error (a nil function, a closed queue) means free was not taken and
+// will never run. Once taken, free is the queue's: FreeAfter then returns
+// nil even when the driver fails the query that would have run it at once
+// (the error comes back from the next Synchronize), since a caller told
+// "error" would free the block itself and the queue would free it again.
 func (q *Queue) FreeAfter(free func()) error {
 	if free == nil {
 		return fmt.Errorf("free after: a nil function: %w", ErrInvalidArgument)
@@ -261,10 +267,10 @@ func (q *Queue) FreeAfter(free func()) error {
 		return fmt.Errorf("free after: %w", ErrQueueClosed)
 	}
 	q.appendLocked(pending{fn: free})
-	// Often the work is done already: then free now, one driver query.
-	if _, err := q.queryAndReleaseLocked(); err != nil {
-		return fmt.Errorf("device %d: free after: %w", q.dev.ID, err)
-	}
+	// Often the work is done already: then free now, one driver query. A
+	// failed query leaves free queued, to run at the Synchronize, Query or
+	// Close that finds the work done (Close runs it whatever the driver says).
+	_, _ = q.queryAndReleaseLocked()
 	return nil
 }
 
@@ -289,14 +295,12 @@ func FreeAfterUse(p, n uintptr, free func()) bool {
 	}
 	var users []*Queue
 	for _, d := range w.devices {
-		// Only memory a registry knows takes the pinned path: a lock-free
-		// lookup spares the queue scan for every other block (a block that
-		// merely holds a locked range inside it, touching neither end, is
-		// not looked for: the pinned heaps' blocks lie in locked chunks).
-		if _, ok := d.reg.Lookup(p); !ok {
-			if _, ok := d.reg.Lookup(p + n - 1); !ok {
-				continue
-			}
+		// Only memory a registry knows is read or written late: a lock-free
+		// lookup spares the queue scan for every other block. Memory one
+		// device pinned is pinned for every device of its plugin (sharedUse),
+		// so the queues of all of them are asked.
+		if d.host || !sharedPinned(d.plugin, p, n) {
+			continue
 		}
 		d.qmu.Lock()
 		for q := range d.queues {

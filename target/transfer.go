@@ -376,23 +376,26 @@ func (d *Device) checkQueue(q *Queue) error {
 
 // copyMapped copies with the host buffer hostp locked for the transfer when
 // the map mode asks for it; the lock is released when the copy completes
-// (at once for a synchronous copy, by the queue otherwise).
+// (at once for a synchronous copy, by the queue otherwise). A queued copy
+// whose host side another device of the plugin has pinned records the use
+// (sharedUse), so that a free of that memory waits for the copy.
 func (d *Device) copyMapped(dst, src, n, hostp uintptr, dir plugin.Direction, q *Queue) error {
 	if d.mapMode == pinned.MapOff {
-		return d.copy(dst, src, n, dir, q, pending{})
+		return d.copy(dst, src, n, dir, q, d.sharedUse(hostp, n, q))
 	}
 	_, locked, err := d.reg.LockMapped(hostp, n, d.mapMode)
 	if err != nil {
 		if d.mapMode == pinned.MapMandatory {
 			return fmt.Errorf("device %d: %s of %d bytes: lock host buffer %#x: %w", d.ID, dir, n, hostp, err)
 		}
-		return d.copy(dst, src, n, dir, q, pending{})
+		return d.copy(dst, src, n, dir, q, d.sharedUse(hostp, n, q))
 	}
 	if !locked {
-		return d.copy(dst, src, n, dir, q, pending{})
+		return d.copy(dst, src, n, dir, q, d.sharedUse(hostp, n, q))
 	}
 	if q != nil {
-		err := d.copy(dst, src, n, dir, q, pending{unlock: hostp})
+		// Locked now, the driver reads or writes it late like any pinned memory.
+		err := d.copy(dst, src, n, dir, q, pending{unlock: hostp, use: hostRange{hostp, n}})
 		if err != nil {
 			_ = d.reg.UnlockUnmapped(hostp, d.mapMode)
 		}
@@ -400,6 +403,44 @@ func (d *Device) copyMapped(dst, src, n, hostp uintptr, dir plugin.Direction, q 
 	}
 	err = d.copy(dst, src, n, dir, nil, pending{})
 	return errors.Join(err, d.reg.UnlockUnmapped(hostp, d.mapMode))
+}
+
+// sharedUse is what a copy on q (nil: none) whose host side [p, p+n) is not
+// in d's registry hands to the queue: the use of that range when a device
+// of the same plugin has it in its registry. A vendor pins for all of its
+// devices at once (CUDA registers PORTABLE, HSA locks for every GPU agent),
+// so the driver treats such memory as pinned on d too and reads or writes it
+// late, while d's registry knows nothing of it: without the use, a free of a
+// pinned block of another device would hand the block out again under the
+// copy. The lookups are lock-free; no driver call.
+func (d *Device) sharedUse(p, n uintptr, q *Queue) pending {
+	if q == nil || !sharedPinned(d.plugin, p, n) {
+		return pending{}
+	}
+	return pending{use: hostRange{p, n}}
+}
+
+// sharedPinned reports whether a device of plugin has host memory at p or at
+// p+n-1 in its registry (a block that merely holds a pinned range inside,
+// touching neither end, is not looked for: pinned heaps' blocks lie in
+// pinned chunks).
+func sharedPinned(pluginName string, p, n uintptr) bool {
+	w := current.Load()
+	if w == nil {
+		return false
+	}
+	for _, o := range w.devices {
+		if o.host || o.plugin != pluginName {
+			continue
+		}
+		if _, ok := o.reg.Lookup(p); ok {
+			return true
+		}
+		if _, ok := o.reg.Lookup(p + n - 1); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // copy runs one Impl copy, synchronously or on q, handing p to q once the

@@ -35,7 +35,10 @@ type device struct {
 	allocs map[uintptr]plugin.MemKind
 
 	smu         sync.Mutex
+	syncIdle    sync.Cond // on smu: syncBusy fell to 0
 	syncStreams []uintptr // idle streams of synchronous copies
+	syncBusy    int       // synchronous copies holding a stream
+	syncClosed  bool      // Close took the streams: no copy may take or put one
 
 	pmu   sync.Mutex
 	peers map[*device]peerState // what PeerAccess found, per other device
@@ -56,6 +59,7 @@ const (
 // reason: it keeps its ordinal and every use reports the error.
 func discoverDevice(drv *driver, ord int, version string) *device {
 	d := &device{drv: drv, ord: ord, allocs: map[uintptr]plugin.MemKind{}}
+	d.syncIdle.L = &d.smu
 	d.info = plugin.Info{Vendor: "nvidia", Driver: drv.lib.Path, Version: version, NUMANode: -1}
 	if err := d.describe(); err != nil {
 		d.openErr = fmt.Errorf("%v: %w", d, err)
@@ -172,6 +176,12 @@ func (d *device) inCtx(f func() error) error {
 	if err := d.Open(); err != nil {
 		return err
 	}
+	return d.inOpenCtx(f)
+}
+
+// inOpenCtx runs f with d's context current on a locked OS thread; the
+// context must be retained (by the open device, or by a registration).
+func (d *device) inOpenCtx(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
@@ -320,19 +330,23 @@ func (d *device) syncCopy(name string, enqueue func(stream uintptr) result) erro
 		waited = true
 		return d.drv.check("cuStreamSynchronize", call(d.drv.cuStreamSynchronize, s))
 	})
-	if err != nil && waited {
-		// A stream whose work failed is not reused.
-		_ = d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) })
-		return err
-	}
-	d.putSyncStream(s)
+	// A stream whose work failed is not reused.
+	d.putSyncStream(s, err == nil || !waited)
 	return err
 }
 
 // takeSyncStream returns an idle stream of synchronous copies, creating one
-// (non-blocking, like queues') when none is idle.
+// (non-blocking, like queues') when none is idle. Until putSyncStream the
+// copy counts as in flight: Close waits for it before it destroys the
+// streams and releases the context, so that no stream is put back (and
+// leaked) after Close took them.
 func (d *device) takeSyncStream() (uintptr, error) {
 	d.smu.Lock()
+	if d.syncClosed {
+		d.smu.Unlock()
+		return 0, fmt.Errorf("%v: %w", d, ErrClosed)
+	}
+	d.syncBusy++
 	if k := len(d.syncStreams); k > 0 {
 		s := d.syncStreams[k-1]
 		d.syncStreams = d.syncStreams[:k-1]
@@ -344,19 +358,37 @@ func (d *device) takeSyncStream() (uintptr, error) {
 	err := d.withCtx("cuStreamCreate", func() result {
 		return call(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
 	})
-	return s, err
+	if err != nil {
+		d.syncDone()
+		return 0, err
+	}
+	return s, nil
 }
 
-func (d *device) putSyncStream(s uintptr) {
+// putSyncStream ends a synchronous copy: s goes back to the idle streams
+// when reuse allows and there is room, else it is destroyed.
+func (d *device) putSyncStream(s uintptr, reuse bool) {
 	d.smu.Lock()
-	if len(d.syncStreams) < keepSyncStreams && !d.closed.Load() {
+	if reuse && len(d.syncStreams) < keepSyncStreams && !d.syncClosed {
 		d.syncStreams = append(d.syncStreams, s)
 		s = 0
 	}
 	d.smu.Unlock()
 	if s != 0 {
-		_ = d.withCtx("cuStreamDestroy", func() result { return call(d.drv.cuStreamDestroy, s) })
+		// The context is still retained: Close waits for this copy.
+		_ = d.inOpenCtx(func() error {
+			return d.drv.check("cuStreamDestroy", call(d.drv.cuStreamDestroy, s))
+		})
 	}
+	d.syncDone()
+}
+
+func (d *device) syncDone() {
+	d.smu.Lock()
+	if d.syncBusy--; d.syncBusy == 0 {
+		d.syncIdle.Broadcast()
+	}
+	d.smu.Unlock()
 }
 
 // SyncStreams is the number of idle streams the device keeps for
@@ -368,9 +400,14 @@ func (d *device) SyncStreams() int {
 	return len(d.syncStreams)
 }
 
-// destroySyncStreams destroys the idle streams of synchronous copies.
+// destroySyncStreams stops synchronous copies (later ones fail with
+// ErrClosed), waits for those in flight and destroys the idle streams.
 func (d *device) destroySyncStreams() error {
 	d.smu.Lock()
+	d.syncClosed = true
+	for d.syncBusy > 0 {
+		d.syncIdle.Wait()
+	}
 	ss := d.syncStreams
 	d.syncStreams = nil
 	d.smu.Unlock()

@@ -391,3 +391,34 @@ func TestSyncCopyCompleteForQueues(t *testing.T) {
 		})
 	}
 }
+
+// A synchronous copy racing Close ends before Close destroys the streams
+// and releases the context: its stream is not put back (leaked) afterwards,
+// and a copy after Close fails with ErrClosed.
+func TestSyncCopyRacingClose(t *testing.T) {
+	needFake(t)
+	t.Setenv("FAKECUDA_COPY_DELAY_US", "200000") // read by a stream's worker at creation
+	const n = 1 << 16
+	mem, err := dev(t, 0).Alloc(plugin.MemDevice, n) // the shared device's: Close below does not free it
+	require.NoError(t, err)
+	defer func() { require.NoError(t, dev(t, 0).Free(plugin.MemDevice, mem)) }()
+	src, _ := hostBuf(t, n)
+	p := newPlugin(defaultDriver)
+	require.NoError(t, p.Init())
+	d := p.devices[0]
+	defer func() { require.NoError(t, p.devices[1].Close()) }()
+	require.NoError(t, d.Open())
+	streams := live(t, liveStreams)
+	copies := calls(t, "cuMemcpyHtoDAsync")
+	done := make(chan error, 1)
+	go func() { done <- d.Copy(mem, src, n, plugin.HostToDevice, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for calls(t, "cuMemcpyHtoDAsync") == copies && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, streams+1, live(t, liveStreams), "the copy runs on a stream of its own")
+	require.NoError(t, d.Close(), "while the copy is in flight")
+	require.NoError(t, <-done)
+	require.Equal(t, streams, live(t, liveStreams), "no stream left behind by the copy that raced Close")
+	require.ErrorIs(t, d.Copy(mem, src, n, plugin.HostToDevice, nil), ErrClosed)
+}

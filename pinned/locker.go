@@ -3,7 +3,8 @@ package pinned
 // Locker is what a registry asks of its device: page-lock and unlock host
 // ranges, and tell whether a range was already locked outside this runtime.
 // target.Impl (every device plugin) satisfies it. Addresses are plain
-// uintptrs: registered memory is never Go heap memory.
+// uintptrs: registered memory is C memory, or a Go object that target.Pin
+// keeps reachable and in place (runtime.Pinner) while it is locked.
 //
 // A Registry calls its Locker only on misses and last unlocks, with its
 // writer mutex held (so lock and unlock of the same pages never race), and

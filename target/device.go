@@ -44,6 +44,7 @@ type Device struct {
 	allocs map[uintptr]plugin.MemKind // what Alloc returned and Free has not taken back
 
 	closed atomic.Bool
+	opened atomic.Bool // usable found the device open once (IsPinned asks only open devices)
 	qmu    sync.Mutex
 	queues map[*Queue]struct{} // open queues; nil once closed
 }
@@ -101,6 +102,9 @@ func (d *Device) usable() error {
 		if err := d.opener.Open(); err != nil {
 			return fmt.Errorf("device %d: %w: %w", d.ID, ErrUnavailable, err)
 		}
+	}
+	if !d.opened.Load() {
+		d.opened.Store(true)
 	}
 	return nil
 }

@@ -30,6 +30,24 @@
 // conversion in the caller's code for go vet to flag; GPU device memory is
 // refused with an error, never handed out as a slice to fault on.
 //
+// Array[T] is a typed view of device memory (AllocArray, ArrayOf, Slice),
+// and CopyToDevice, CopyFromDevice and CopyArray copy []T to, from and
+// between devices, synchronously or on a Queue, with no uintptr in the
+// caller's code. A queued copy of a Go slice keeps the slice reachable and
+// in place (runtime.Pinner) until the copy completed.
+//
+// # Pinning what the program has
+//
+// Pin page-locks an existing slice of pointer-free elements for a device
+// (or AllDevices) through the device's registry, so it nests and shares as
+// llvm_omp_target_lock_mem does; the handle's Unpin or Close undoes it, and
+// the handle keeps the Go object reachable and pinned (runtime.Pinner)
+// meanwhile. Only memory known not to move is accepted: Go heap objects
+// and globals (proved by runtime.AddCleanup accepting the pointer), and
+// memory ompalloc allocated or a registry knows; a goroutine stack (Go
+// moves stacks) or foreign C memory is refused. IsPinned answers for any
+// memory: the registries, then each open driver's pointer attributes.
+//
 // # Generic and vendor parts
 //
 // A Device holds its plugin.Impl, a pinned.Registry of the host ranges

@@ -1,0 +1,241 @@
+package target
+
+// Pinning memory the program already has: a Go slice (heap or global), or
+// a slice over memory ompalloc allocated.
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/heap"
+)
+
+// AllDevices, as Pin's device, pins for every accelerator (the host device
+// when there is none).
+const AllDevices = -1
+
+// Pinned is a slice pinned by Pin. Unpin (or Close) undoes the pin; until
+// then the slice's memory stays locked, and the Go object behind it stays
+// reachable and in place, even when the handle holds its only reference.
+// A handle dropped without Unpin is unpinned after the garbage collector
+// finds it unreachable (a safety net, not a promise of when).
+type Pinned struct {
+	r       *pinRecord
+	cleanup runtime.Cleanup
+}
+
+// pinRecord is a pin's state, apart from its handle so that the handle's
+// cleanup can own it: the record keeps the Go object reachable until the
+// cleanup (or Unpin) ran.
+type pinRecord struct {
+	mu     sync.Mutex
+	keep   unsafe.Pointer // the slice's first element: keeps the Go object reachable
+	pinner runtime.Pinner // keeps it in place (a no-op for memory outside the Go heap)
+	p, n   uintptr
+	devs   []*Device // the devices LockMem took a reference on; nil once unpinned
+}
+
+// Pin page-locks the memory of s (its len elements) for device dev, or for
+// every accelerator with AllDevices, as llvm_omp_target_lock_mem does: a
+// slice inside memory already locked for a device (a pinned allocator's
+// block, an earlier Pin, a LockMem) only adds a reference to that lock, and
+// Unpin drops it; a slice overlapping a locked range in part is refused
+// (pinned.ErrOverlap). Copies of the slice then take the one-step pinned
+// path, and IsPinned reports it.
+//
+// The element type must hold no Go pointers (a device writing into it
+// would forge them). The memory must be Go heap memory, a global, or memory
+// ompalloc allocated (alloc.Make, host memory from Device.Alloc): anything else is refused
+// with ErrInvalidArgument, because only those are known never to move.
+// A slice passed to Pin is heap-allocated by the compiler (the handle
+// keeps it), so a goroutine stack, which Go moves as it grows, reaches Pin
+// only through unsafe conversions — and is refused, as is foreign C memory,
+// which Device.LockMem pins instead.
+//
+// Go heap memory stays put because Go's garbage collector does not move
+// heap objects; Pin also pins the object with runtime.Pinner, the
+// runtime's documented promise that it is neither moved nor freed until
+// unpinned. A lock covers whole pages: on CUDA, two pinned slices sharing
+// a page are refused by the driver (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+// pin page-sized or larger buffers, or allocate them pinned.
+func Pin[T any](s []T, dev int) (*Pinned, error) {
+	var zero T
+	typ := reflect.TypeOf(&zero).Elem()
+	if cmem.HasPointers(typ) {
+		return nil, fmt.Errorf("pin a []%v: %w: the type holds Go pointers, which a device must not write", typ, ErrInvalidArgument)
+	}
+	n := uintptr(len(s)) * unsafe.Sizeof(zero)
+	if n == 0 {
+		return nil, fmt.Errorf("pin a []%v of %d elements: %w: nothing to pin", typ, len(s), ErrInvalidArgument)
+	}
+	devs, err := pinDevices(dev)
+	if err != nil {
+		return nil, fmt.Errorf("pin a []%v: %w", typ, err)
+	}
+	ptr := unsafe.Pointer(unsafe.SliceData(s))
+	p := uintptr(ptr)
+	r := &pinRecord{keep: ptr, p: p, n: n}
+	if !ompallocMemory(p, n) {
+		if err := goMemory(ptr); err != nil {
+			return nil, fmt.Errorf("pin a []%v at %#x (%d bytes): %w", typ, p, n, err)
+		}
+		r.pinner.Pin(ptr)
+	}
+	for i, d := range devs {
+		if _, err := d.LockMem(p, n); err != nil {
+			for _, done := range devs[:i] {
+				_ = done.UnlockMem(p)
+			}
+			r.pinner.Unpin()
+			return nil, fmt.Errorf("pin a []%v at %#x (%d bytes): %w", typ, p, n, err)
+		}
+	}
+	r.devs = devs
+	h := &Pinned{r: r}
+	h.cleanup = runtime.AddCleanup(h, func(r *pinRecord) { _ = r.unpin() }, r)
+	return h, nil
+}
+
+// pinDevices resolves Pin's device argument.
+func pinDevices(dev int) ([]*Device, error) {
+	w := get()
+	if dev != AllDevices {
+		d, err := w.device(dev)
+		if err != nil {
+			return nil, err
+		}
+		return []*Device{d}, nil
+	}
+	var devs []*Device
+	for _, d := range w.devices {
+		if !d.host {
+			devs = append(devs, d)
+		}
+	}
+	if len(devs) == 0 {
+		devs = w.devices[len(w.devices)-1:] // the host
+	}
+	return devs, nil
+}
+
+// ompallocMemory reports whether [p, p+n) lies in memory ompalloc handed
+// out: a live block of one of its heaps, or a range a device's registry
+// knows (host memory a device allocated, memory locked for it). None of it is Go memory, and none moves.
+func ompallocMemory(p, n uintptr) bool {
+	if start, size, ok := heap.Containing(p); ok && n <= size && p-start <= size-n {
+		return true
+	}
+	for _, d := range get().devices {
+		if d.pinned(p, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// goMemory returns nil when ptr points into a Go heap object or a global,
+// and an error saying why not otherwise. runtime.AddCleanup accepts any
+// pointer into a heap object, does nothing for a global, and refuses
+// (panics) for anything else: a goroutine stack, or memory outside Go.
+func goMemory(ptr unsafe.Pointer) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = fmt.Errorf("%w: neither Go heap memory nor memory ompalloc allocated "+
+				"(a goroutine stack, which Go moves, or foreign C memory: pin C memory with Device.LockMem)", ErrInvalidArgument)
+		}
+	}()
+	c := runtime.AddCleanup((*byte)(ptr), func(int) {}, 0)
+	c.Stop()
+	return nil
+}
+
+// Unpin drops the pin's reference on each device's lock (the last one
+// unlocks) and lets the Go object go. A second Unpin is an error.
+func (h *Pinned) Unpin() error {
+	if h == nil || h.r == nil {
+		return fmt.Errorf("unpin: %w: a nil handle", ErrInvalidArgument)
+	}
+	h.cleanup.Stop()
+	return h.r.unpin()
+}
+
+// Close is Unpin, except that closing an unpinned handle is not an error.
+func (h *Pinned) Close() error {
+	if h == nil || h.r == nil {
+		return nil
+	}
+	h.cleanup.Stop()
+	h.r.mu.Lock()
+	done := h.r.devs == nil
+	h.r.mu.Unlock()
+	if done {
+		return nil
+	}
+	return h.r.unpin()
+}
+
+// Devices returns the numbers of the devices the slice is pinned for.
+func (h *Pinned) Devices() []int {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	ids := make([]int, len(h.r.devs))
+	for i, d := range h.r.devs {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+func (r *pinRecord) unpin() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.devs == nil {
+		return fmt.Errorf("unpin %#x (%d bytes): %w: already unpinned", r.p, r.n, ErrInvalidArgument)
+	}
+	var errs []error
+	for _, d := range r.devs {
+		errs = append(errs, d.UnlockMem(r.p))
+	}
+	r.devs = nil
+	r.pinner.Unpin()
+	r.keep = nil
+	return errors.Join(errs...)
+}
+
+// IsPinned reports whether all of s lies in host memory page-locked for
+// some device: locked or allocated through ompalloc (any device's
+// registry), or registered with a GPU driver by someone else (the driver's
+// own answer: cuPointerGetAttribute, hsa_amd_pointer_info), as PyTorch's
+// is_pinned does. An empty slice is not pinned.
+func IsPinned[T any](s []T) bool {
+	var zero T
+	n := uintptr(len(s)) * unsafe.Sizeof(zero)
+	if n == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	defer runtime.KeepAlive(s)
+	devs := get().devices
+	for _, d := range devs {
+		if d.pinned(p, n) {
+			return true
+		}
+	}
+	// Registrations outside ompalloc: ask each driver once, on a device
+	// that is open already (asking opens nothing).
+	asked := map[string]bool{}
+	for _, d := range devs {
+		if d.host || asked[d.plugin] || d.closed.Load() || !d.opened.Load() {
+			continue
+		}
+		asked[d.plugin] = true
+		if ext, ok, err := d.impl.ExternalLock(p, n); err == nil && ok && p >= ext.Host && p-ext.Host+n <= ext.Size {
+			return true
+		}
+	}
+	return false
+}

@@ -34,9 +34,12 @@ const (
 	TargetSharedMem    Handle = 101
 	TargetDeviceMem    Handle = 102
 	firstRuntimeHandle Handle = 1024
-	// maxHandle is the largest handle: a small block's 8-byte header keeps
-	// its owner in 16 bits.
+	// maxHandle is the largest handle number (the table index, the owner
+	// in blocks): a small block's 8-byte header keeps its owner in 16 bits.
+	// A runtime allocator's handle is its number plus its generation
+	// shifted above those bits (see NewFromTraits).
 	maxHandle Handle = 1<<16 - 1
+	genShift         = 16
 )
 
 // Interface is what a library that embeds ompalloc needs of an allocator;
@@ -54,7 +57,8 @@ var _ Interface = (*Allocator)(nil)
 // Allocator allocates memory with fixed traits from a memory space. It is
 // safe for concurrent use.
 type Allocator struct {
-	handle Handle
+	handle Handle // its number (id) and, above it, the number's generation
+	id     uint32 // the handle table index; the owner recorded in blocks
 	ms     memspace.ID
 	traits traits.Set
 	name   string
@@ -90,14 +94,23 @@ func (a *Allocator) Traits() traits.Set { return a.traits }
 // "allocator#1025(omp_default_mem_space, pinned)".
 func (a *Allocator) String() string { return a.name }
 
-// The handle table maps handles (and the owner ids in block headers, which
-// are the same numbers) to allocators. Readers index it without locking.
+// The handle table maps handle numbers (the owner ids in block headers) to
+// allocators. Readers index it without locking.
+//
+// A destroyed allocator's number is reused late and under a new generation:
+// freed numbers wait in a FIFO until reuseDelay of them wait (or no number
+// was never used), and each reuse bumps the number's generation, which is
+// part of the handle. A stale handle (an omp_allocator_handle_t kept past
+// omp_destroy_allocator) then names no live allocator and is refused with a
+// warning, instead of allocating from whichever allocator got its number.
 var (
-	tableMu  sync.Mutex
-	table    atomic.Pointer[[]*Allocator]
-	freeIDs  []Handle
-	nextID   = firstRuntimeHandle
-	initOnce sync.Once
+	tableMu    sync.Mutex
+	table      atomic.Pointer[[]*Allocator]
+	freeIDs    []Handle // numbers (generation 0) waiting for reuse, oldest first
+	gens       []uint32 // each number's next generation
+	nextID     = firstRuntimeHandle
+	reuseDelay = 256 // freed numbers kept waiting before the oldest is reused
+	initOnce   sync.Once
 )
 
 // Lookup returns the live allocator with handle h. The null handle resolves
@@ -114,9 +127,10 @@ func Lookup(h Handle) (*Allocator, bool) {
 // for the null handle too, and before the first allocator is made; Lookup
 // resolves those.
 func LiveAllocator(h Handle) *Allocator {
-	// Entry 0, the null handle's, is always nil.
-	if t := table.Load(); t != nil && uint(h) < uint(len(*t)) {
-		if a := (*t)[h]; a != nil && !a.destroyed.Load() {
+	// Entry 0, the null handle's, is always nil. The handle must be the
+	// entry's own: a stale one has an older generation.
+	if t := table.Load(); t != nil && uint(h&maxHandle) < uint(len(*t)) {
+		if a := (*t)[h&maxHandle]; a != nil && a.handle == h && !a.destroyed.Load() {
 			return a
 		}
 	}
@@ -129,11 +143,11 @@ func lookupSlow(h Handle) (*Allocator, bool) {
 		return Default(), true
 	}
 	t := *table.Load()
-	if uintptr(h) >= uintptr(len(t)) {
+	if uintptr(h&maxHandle) >= uintptr(len(t)) {
 		return nil, false
 	}
-	a := t[h]
-	if a == nil || a.destroyed.Load() {
+	a := t[h&maxHandle]
+	if a == nil || a.handle != h || a.destroyed.Load() {
 		return nil, false
 	}
 	return a, true
@@ -147,18 +161,27 @@ func owner(id uint32) *Allocator {
 	return nil
 }
 
-// install puts a in the table under h. tableMu held.
-func install(h Handle, a *Allocator) {
+// ownerOfTally returns the allocator whose tally t is (nil for nil).
+func ownerOfTally(t *heap.Tally) *Allocator {
+	if t == nil {
+		return nil
+	}
+	return (*Allocator)(t.Owner())
+}
+
+// install puts a in the table under its number. tableMu held.
+func install(a *Allocator) {
 	// Copy on write: readers index the published table without a lock.
+	h := int(a.id)
 	old := *table.Load()
-	t := make([]*Allocator, max(len(old), int(h)+1))
-	if int(h) >= len(old) {
-		t = make([]*Allocator, max(int(h)+1, 2*len(old)))
+	t := make([]*Allocator, max(len(old), h+1))
+	if h >= len(old) {
+		t = make([]*Allocator, max(h+1, 2*len(old)))
 	}
 	copy(t, old)
 	t[h] = a
 	table.Store(&t)
-	heap.SetTally(uint32(h), a.shards.t) // heap.Free counts a's blocks there
+	heap.SetTally(a.id, a.shards.t) // heap.Free counts a's blocks there
 }
 
 func initPredefined() {
@@ -187,7 +210,7 @@ func initPredefined() {
 			panic(fmt.Sprintf("ompalloc: predefined allocator %d: %v", h, err)) // a bug, not input
 		}
 		a.name = traits.AllocatorName(h)
-		install(Handle(h), a)
+		install(a)
 	}
 	def := (*table.Load())[DefaultMem]
 	for _, a := range *table.Load() {
@@ -199,8 +222,9 @@ func initPredefined() {
 
 // build makes an allocator with validated traits; it is not yet in the table.
 func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
-	a := &Allocator{handle: h, ms: ms, traits: set, align: max(set.Alignment, 16)}
+	a := &Allocator{handle: h, id: uint32(h & maxHandle), ms: ms, traits: set, align: max(set.Alignment, 16)}
 	a.shards.init()
+	a.shards.t.SetOwner(unsafe.Pointer(a)) // heap.Free names the block's allocator through its tally
 	switch {
 	case ms.IsRuntime():
 		if err := a.buildOnDevices(ms, set); err != nil {
@@ -344,25 +368,34 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	}
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	h := nextID
-	if n := len(freeIDs); n > 0 {
-		h, freeIDs = freeIDs[n-1], freeIDs[:n-1]
-	} else if h > maxHandle {
+	id, reused := nextID, false
+	if n := len(freeIDs); n > 0 && (n > reuseDelay || nextID > maxHandle) {
+		id, freeIDs, reused = freeIDs[0], freeIDs[1:], true
+	} else if id > maxHandle {
 		return nil, fmt.Errorf("%w: too many allocators: %d exist; destroy some first", ErrNotSupported, maxHandle-firstRuntimeHandle+1)
 	} else {
 		nextID++
 	}
+	var gen uint32
+	if int(id) < len(gens) {
+		gen = gens[id]
+	}
+	h := Handle(gen)<<genShift | id
 	// No check for cycles is needed: a fallback is bound, at creation, to
 	// an allocator that already exists, so chains only point backwards in
 	// time; a destroyed link ends the chain, and a reused handle is a new
 	// allocator that no old chain points at.
 	a, err := build(h, ms, set)
 	if err != nil {
-		freeIDs = append(freeIDs, h)
+		if reused { // never handed out: first in line again
+			freeIDs = append([]Handle{id}, freeIDs...)
+		} else {
+			nextID--
+		}
 		return nil, err
 	}
 	a.fb = fb
-	install(h, a)
+	install(a)
 	return a, nil
 }
 
@@ -421,11 +454,15 @@ func (a *Allocator) release() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	old := *table.Load()
-	if int(a.handle) < len(old) && old[a.handle] == a {
+	if int(a.id) < len(old) && old[a.id] == a {
 		t := append([]*Allocator(nil), old...) // copy on write, as install
-		t[a.handle] = nil
+		t[a.id] = nil
 		table.Store(&t)
-		freeIDs = append(freeIDs, a.handle)
+		for int(a.id) >= len(gens) {
+			gens = append(gens, make([]uint32, len(gens)+64)...)
+		}
+		gens[a.id]++ // the next allocator with this number has a new handle
+		freeIDs = append(freeIDs, Handle(a.id))
 	}
 }
 

@@ -3,8 +3,12 @@ package alloc
 import (
 	"errors"
 	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,4 +64,113 @@ func TestDestroyRacingAlloc(t *testing.T) {
 		}
 		require.NoError(t, b.Destroy())
 	}
+}
+
+// setReuseDelay makes freed handle numbers reusable after d others wait,
+// for the test (0: at once, as before issue 23, so that the races below
+// meet a reused number).
+// The numbers already waiting are set aside meanwhile, so that the next
+// number freed is the next reused.
+func setReuseDelay(t *testing.T, d int) {
+	tableMu.Lock()
+	saved, savedFree := reuseDelay, freeIDs
+	reuseDelay, freeIDs = d, nil
+	tableMu.Unlock()
+	t.Cleanup(func() {
+		tableMu.Lock()
+		reuseDelay, freeIDs = saved, append(savedFree, freeIDs...)
+		tableMu.Unlock()
+	})
+}
+
+// Issue 23 item 4: Destroy with live blocks, the blocks freed from two
+// goroutines, a new allocator: legal use. The free of the one block looked
+// the owner up by number after heap.Free had counted it out; the free of
+// the other could release the destroyed allocator in between and its
+// number go to the new allocator, which the late free then credited
+// (PoolUsed -268,435,472 on a fresh allocator with pool_size 1 MiB, which
+// then served 64 MiB). freedHook holds the first free in that window until
+// the new allocator has the number; its counts must stay untouched.
+func TestFreeOfDestroyedRacesHandleReuse(t *testing.T) {
+	setReuseDelay(t, 0)
+	const pool = 1 << 20
+	for round := 0; round < 20; round++ {
+		a, err := New(memspace.Default, WithPoolSize(pool))
+		require.NoError(t, err)
+		p1, err := a.Alloc(256 << 10)
+		require.NoError(t, err)
+		p2, err := a.Alloc(256 << 10)
+		require.NoError(t, err)
+		require.ErrorIs(t, a.Destroy(), ErrLiveBlocks)
+
+		var held atomic.Int32
+		resume := make(chan struct{})
+		freedHook = func() {
+			if held.Add(1) == 1 { // the first free waits in the window
+				select {
+				case <-resume:
+				case <-time.After(5 * time.Second):
+				}
+			}
+		}
+		t.Cleanup(func() { freedHook = nil })
+		var wg sync.WaitGroup
+		for _, p := range []unsafe.Pointer{p1, p2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := Free(p); err != nil {
+					t.Errorf("free: %v", err)
+				}
+			}()
+		}
+		// The second free releases a; then a new allocator takes its number.
+		for deadline := time.Now().Add(5 * time.Second); owner(a.id) == a; {
+			require.True(t, time.Now().Before(deadline), "a was never released")
+			time.Sleep(100 * time.Microsecond)
+		}
+		b, err := New(memspace.Default, WithPoolSize(pool))
+		require.NoError(t, err)
+		require.Equal(t, a.id, b.id, "b has a's number")
+		close(resume)
+		wg.Wait()
+		freedHook = nil
+		st := b.Stats()
+		require.Zero(t, st.PoolUsed, "round %d: %v (old %v) was credited the old allocator's free: %+v", round, b, a, st)
+		require.Zero(t, st.Frees)
+		require.NoError(t, b.Destroy())
+	}
+}
+
+// Issue 23 item 4: a handle kept past Destroy names no allocator, even
+// once its number is reused: the new allocator's handle has a new
+// generation.
+func TestStaleHandleRefused(t *testing.T) {
+	setReuseDelay(t, 0)
+	a, err := New(memspace.Default)
+	require.NoError(t, err)
+	stale := a.Handle()
+	require.NoError(t, a.Destroy())
+	b, err := New(memspace.Default)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Destroy() })
+	require.Equal(t, a.id, b.id, "the number is reused at once with no delay")
+	require.NotEqual(t, stale, b.Handle(), "a reused number gets a new generation")
+	require.Nil(t, LiveAllocator(stale))
+	_, ok := Lookup(stale)
+	require.False(t, ok, "the stale handle %d names no allocator", stale)
+	got, ok := Lookup(b.Handle())
+	require.True(t, ok)
+	require.Same(t, b, got)
+	require.Equal(t, "allocator#"+strconv.FormatUint(uint64(stale), 10), stale.String())
+
+	// With the default delay a number waits: the next allocator gets another.
+	setReuseDelay(t, 256)
+	c, err := New(memspace.Default)
+	require.NoError(t, err)
+	require.NoError(t, c.Destroy())
+	d, err := New(memspace.Default)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Destroy() })
+	require.NotEqual(t, c.id, d.id, "a freed number is not reused at once")
 }

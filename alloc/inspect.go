@@ -102,7 +102,8 @@ func checkOwner(a *Allocator, info BlockInfo, what string) error {
 // resizeInPlace grows or shrinks the heap block at p to size where it lies,
 // zeroing bytes beyond its old size, and counts the change in its
 // allocator's Stats. It reports false, changing nothing, when the block has
-// no room (or is target memory).
+// no room (or is target memory), or when the growth does not fit its
+// allocator's pool_size (see rechargePool).
 func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
 	old, ok, err := heap.Resize(uintptr(p), size)
 	if err != nil {
@@ -114,10 +115,19 @@ func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
 	if !ok {
 		return false, nil
 	}
+	a := owner(old.Owner)
+	if a != nil {
+		if a.rechargePool(uintptr(p), old, size) != nil {
+			// Back as it was (the block is the caller's); the caller moves
+			// it, and that allocation meets the quota and the fallback.
+			_, _, _ = heap.Resize(uintptr(p), old.Size)
+			return false, nil
+		}
+	}
 	if size > old.Size {
 		cmem.Zero(uintptr(p)+old.Size, size-old.Size)
 	}
-	if a := owner(old.Owner); a != nil {
+	if a != nil {
 		a.shards.t.Resize(int64(old.Size), int64(size))
 	}
 	if leakCheck.Load() {

@@ -71,7 +71,7 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		if a.handle < firstRuntimeHandle {
 			// Predefined allocators are never destroyed: no flag to check,
 			// nothing in flight to count.
-			q, _, err := a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t)
+			q, _, err := a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t)
 			if err != nil {
 				return a.fallbackCounted(size, align, zero, fmt.Errorf("%v: %w", a, err), false)
 			}
@@ -80,7 +80,7 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		// A runtime allocator's cached block: Enter, the destroyed check,
 		// the pop and Exit in one pinned section (where membarrier gives
 		// their protocol plain stores).
-		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), uint32(a.handle), zero, a.shards.t, &a.destroyed)
+		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
 		if ok {
 			return cmem.Ptr(q), nil
 		}
@@ -114,7 +114,7 @@ func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer
 	if a.plain && !leakCheck.Load() {
 		// try, without what a plain host allocator does not need.
 		var q uintptr
-		if q, _, err = a.heap.AllocCounted(size, max(a.align, align), uint32(a.handle), zero, a.shards.t); err == nil {
+		if q, _, err = a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t); err == nil {
 			p = cmem.Ptr(q)
 		} else {
 			err = fmt.Errorf("%v: %w", a, err)
@@ -177,9 +177,9 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	var p, f uintptr
 	var err error
 	if a.pool != nil {
-		p, f, err = a.pool.alloc(size, al, uint32(a.handle), zero, a.shards.t) // the caller's node's heap
+		p, f, err = a.pool.alloc(size, al, a.id, zero, a.shards.t) // the caller's node's heap
 	} else {
-		p, f, err = a.heap.AllocCounted(size, al, uint32(a.handle), zero, a.shards.t)
+		p, f, err = a.heap.AllocCounted(size, al, a.id, zero, a.shards.t)
 	}
 	if err != nil {
 		a.poolUsed.Add(-foot)
@@ -277,9 +277,16 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 		}
 		return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
 	}
-	a := owner(b.Owner)
+	if freedHook != nil {
+		freedHook()
+	}
+	// The allocator the block was counted out of. Not owner(b.Owner): once
+	// heap.Free counted the block out, a destroyed owner may have been
+	// released by the free of its last other block and its number given to
+	// a new allocator, whose quota this free must not credit.
+	a := ownerOfTally(b.Tally)
 	if a == nil {
-		return nil // cannot happen: owners outlive their blocks
+		return nil // cannot happen: owners register their tally before they allocate
 	}
 	if a.ptn != nil {
 		a.ptn.freed(uintptr(p))
@@ -293,6 +300,11 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	}
 	return nil
 }
+
+// freedHook, set by tests only, runs in free between the heap's count-out
+// and the owner's bookkeeping: the window in which another free can release
+// a destroyed owner.
+var freedHook func()
 
 // Realloc moves the block at p into a block of size bytes from a (the
 // block's own allocator when a is nil), copying min(old, new) bytes, and
@@ -323,15 +335,20 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 			a = Default()
 		}
 	}
-	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && uint32(a.handle) == b.Owner && !a.destroyed.Load() {
+	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && a.id == b.Owner && !a.destroyed.Load() {
 		// Within its size class or page run the block grows (or shrinks) in
 		// place: same footprint, so the quota does not change either.
+		// A growth into a reused huge region is charged to the quota; one
+		// that does not fit moves, and that allocation meets the quota.
 		if old, ok, err := heap.ResizeInClass(uintptr(p), size, a.align); err == nil && ok {
-			a.shards.t.Resize(int64(old.Size), int64(size))
-			if leakCheck.Load() {
-				leakResized(p, size)
+			if a.rechargePool(uintptr(p), old, size) == nil {
+				a.shards.t.Resize(int64(old.Size), int64(size))
+				if leakCheck.Load() {
+					leakResized(p, size)
+				}
+				return p, nil
 			}
-			return p, nil
+			_, _, _ = heap.Resize(uintptr(p), old.Size) // back as it was
 		}
 	}
 	np, err := a.alloc(size, 0, false)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
 )
 
 // reserve adds n to *used unless that would take it above max (0: no
@@ -62,4 +64,35 @@ func poolCharge(p, foot uintptr) int64 {
 		}
 	}
 	return int64(foot)
+}
+
+// rechargePool settles a's pool_size charge for the block at p (described
+// by old before the change) now resized in place to size bytes. Only a huge
+// block can need it: small and medium blocks are charged their whole slot
+// or page run, which in-place growth never leaves. A block in a reused
+// huge region is charged what it needs, less than the region; growing it
+// into the region charges the growth, and a growth past the quota is
+// refused (ErrPoolExhausted) with nothing changed. Shrinking gives back.
+func (a *Allocator) rechargePool(p uintptr, old heap.Block, size uintptr) error {
+	if a.traits.PoolSize == 0 || old.Footprint <= 2<<20 {
+		return nil
+	}
+	charged := int64(old.Footprint)
+	if v, ok := poolCharges.Load(p); ok {
+		charged = v.(int64)
+	}
+	need := min(int64(heap.Footprint(size, a.align)), int64(old.Footprint))
+	if d := need - charged; d > 0 {
+		if err := a.reservePool(size, d); err != nil {
+			return fmt.Errorf("%w (growing a block of %d bytes in place to %d, charged %d so far)", err, old.Size, size, charged)
+		}
+	} else if d < 0 {
+		a.releasePool(-d)
+	}
+	if need == int64(old.Footprint) {
+		poolCharges.Delete(p)
+	} else {
+		poolCharges.Store(p, need)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package alloc
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -105,5 +106,81 @@ func TestBlockSizeOfTargetBlocks(t *testing.T) {
 		_, err = BlockSize(p)
 		require.Error(t, err, "freed")
 		require.NoError(t, a.Destroy())
+	}
+}
+
+// Issue 23 item 5, with the issue's figures: a 10.5 MiB block of a 12 MiB
+// pool served from a kept 13 MiB region is charged 10.5 MiB (+16), a 1 MiB
+// block beside it 1 MiB (+16): PoolUsed 12,058,656. Growing the first in
+// place to 12 MiB charged nothing, so 13,631,488 bytes were live in the
+// 12,582,912-byte pool. A growth in place is now charged, and refused
+// (the block moves, and that allocation fails on the quota) past it.
+func TestPoolChargesInPlaceGrowth(t *testing.T) {
+	const pool = 12 << 20
+	grow := map[string]func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error){
+		"Realloc": func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error) {
+			return Realloc(p, n, nil)
+		},
+		"Resize": func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error) {
+			s, err := Resize(a, unsafe.Slice((*byte)(p), 1), int(n))
+			return unsafe.Pointer(unsafe.SliceData(s)), err
+		},
+		"Bytes.Reallocate": func(a *Allocator, p unsafe.Pointer, n uintptr) (q unsafe.Pointer, err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = r.(error)
+				}
+			}()
+			b := Bytes(a).Reallocate(int(n), unsafe.Slice((*byte)(p), 1))
+			return unsafe.Pointer(unsafe.SliceData(b)), nil
+		},
+	}
+	for name, g := range grow {
+		t.Run(name, func(t *testing.T) {
+			Trim()
+			t.Cleanup(Trim)
+			big := mustNew(t, memspace.Default)
+			r, err := big.Alloc(13 << 20) // a 13 MiB region, freed and kept by the host heap
+			require.NoError(t, err)
+			require.NoError(t, Free(r))
+
+			a := mustNew(t, memspace.Default, WithPoolSize(pool), WithFallback(traits.NullFb))
+			p, err := a.Alloc(10<<20 + 512<<10)
+			require.NoError(t, err)
+			info, err := Inspect(p)
+			require.NoError(t, err)
+			if info.Room != 13<<20 {
+				t.Skipf("the 10.5 MiB block did not reuse the kept 13 MiB region (room %d): nothing to grow into", info.Room)
+			}
+			q, err := a.Alloc(1 << 20)
+			require.NoError(t, err)
+			require.Equal(t, int64(12058656), a.Stats().PoolUsed)
+
+			// 12 MiB does not fit: refused, p as it was.
+			fill(p, 16, 0x5a)
+			np, err := g(a, p, 12<<20)
+			require.ErrorIs(t, err, ErrPoolExhausted)
+			require.Nil(t, np)
+			st := a.Stats()
+			require.Equal(t, int64(12058656), st.PoolUsed, "nothing charged for a refused growth")
+			require.LessOrEqual(t, st.BytesLive, int64(pool), "live bytes past pool_size")
+			sz, err := BlockSize(p)
+			require.NoError(t, err)
+			require.Equal(t, uintptr(10<<20+512<<10), sz, "the block keeps its size")
+			require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
+
+			// 10.875 MiB fits: in place, the growth charged.
+			np, err = g(a, p, 10<<20+896<<10)
+			require.NoError(t, err)
+			require.Equal(t, p, np, "grown in place")
+			st = a.Stats()
+			require.Equal(t, int64(12058656+384<<10), st.PoolUsed, "the growth is charged")
+			require.LessOrEqual(t, st.PoolUsed, int64(pool))
+			require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
+
+			require.NoError(t, Free(p))
+			require.NoError(t, Free(q))
+			require.Zero(t, a.Stats().PoolUsed, "what was charged is given back")
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
@@ -263,4 +264,25 @@ func TestOMPAllocatorEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Issue 23 item 4: a handle kept past omp_destroy_allocator allocated from
+// whichever allocator got its number next; it is refused with one warning
+// now, and the allocator made after it is untouched.
+func TestStaleHandleRefusedWithWarning(t *testing.T) {
+	stale := InitAllocator(DefaultMemSpace, nil)
+	require.NotEqual(t, NullAllocator, stale)
+	DestroyAllocator(stale)
+	fresh := InitAllocator(DefaultMemSpace, nil)
+	require.NotEqual(t, NullAllocator, fresh)
+	t.Cleanup(func() { DestroyAllocator(fresh) })
+	require.NotEqual(t, stale, fresh)
+	var p unsafe.Pointer
+	w := captureWarnings(t, func() { p = Alloc(100, stale) })
+	require.Nil(t, p, "a stale handle allocates nothing")
+	require.Equal(t, 1, strings.Count(w, "\n"), "one warning: %q", w)
+	require.Contains(t, w, "not a live allocator")
+	a, ok := alloc.Lookup(alloc.Handle(fresh))
+	require.True(t, ok)
+	require.Zero(t, a.Stats().Allocs, "the allocator made after it served nothing")
 }

@@ -63,6 +63,11 @@ type Block struct {
 	Owner     uint32  // the id the allocator gave at Alloc
 	Size      uintptr // requested size
 	Footprint uintptr // bytes of the heap it occupies (slot, pages or region)
+	// Tally is, for Free, the tally the block was counted out of (the one
+	// registered for Owner when Free looked it up, before counting; nil:
+	// none). Once the block is counted out its owner may be gone and the
+	// id registered anew: the tally still names the block's owner.
+	Tally *Tally
 }
 
 // header sits just before every small block's user pointer: 8 bytes, so
@@ -445,6 +450,7 @@ func Free(p uintptr) (Block, error) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p) // a racing free won the CAS
 	}
 	b := Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}
+	b.Tally = tallyOf(b.Owner) // before the block is counted out (see Block.Tally)
 	h.freeSlot(s.class, slot, b)
 	return b, nil
 }

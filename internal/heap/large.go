@@ -262,7 +262,8 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
-	t := tallyOf(b.Owner)
+	t := tallyOf(b.Owner) // before the block is counted out (see Block.Tally)
+	b.Tally = t
 	if ch.huge == nil && h.cacheSpan(s, b, t) {
 		return b, nil
 	}

@@ -209,7 +209,7 @@ func liveBefore(slot, p uintptr) bool {
 // freeSlot puts a freed slot in the current P's cache and counts b out of
 // its owner's tally, in one pinned section.
 func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
-	t := tallyOf(b.Owner)
+	t := b.Tally
 	pid := pcpu.Pin()
 	cs := *h.caches.Load()
 	if pid >= len(cs) {

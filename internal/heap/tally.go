@@ -20,7 +20,17 @@ import (
 type Tally struct {
 	shards atomic.Pointer[[]*tallyShard]
 	peak   atomic.Int64
+	owner  unsafe.Pointer // the owner's object, for Block.Tally's readers (SetOwner)
 }
+
+// SetOwner records the object that owns t (before t is registered). Free
+// returns the tally it counted a block out of, and so names that object: an
+// owner id can be registered anew by the time the caller reads it, a tally
+// cannot.
+func (t *Tally) SetOwner(p unsafe.Pointer) { t.owner = p }
+
+// Owner returns what SetOwner recorded.
+func (t *Tally) Owner() unsafe.Pointer { return t.owner }
 
 // tallyShard is padded to 128 bytes, a Go size class whose objects are
 // 128-byte aligned, so two Ps never write the same line, nor the adjacent

@@ -39,6 +39,9 @@ type fakeImpl struct {
 	gateMu sync.Mutex
 	gate   chan struct{} // while not nil, queue workers wait for it to close
 
+	freeGate    atomic.Pointer[chan struct{}] // while set, Free of host memory waits for it to close
+	freeWaiting atomic.Int32                  // Frees waiting at freeGate
+
 	mu                     sync.Mutex
 	allocs                 map[uintptr]fakeAlloc
 	locks                  map[uintptr]uintptr
@@ -117,6 +120,12 @@ func (f *fakeImpl) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 // Free poisons and keeps the memory until Close, so a late copy reading a
 // freed buffer is seen rather than crashing.
 func (f *fakeImpl) Free(kind plugin.MemKind, p uintptr) error {
+	if g := f.freeGate.Load(); g != nil && kind == plugin.MemHost {
+		// As cuMemFreeHost, which waits for the device's work in flight.
+		f.freeWaiting.Add(1)
+		<-*g
+		f.freeWaiting.Add(-1)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.allocs[p]

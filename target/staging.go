@@ -121,7 +121,9 @@ func (sp *stagingPool) alloc(n uintptr) (stagingBuf, bool) {
 		return stagingBuf{}, false
 	}
 	if sp.closed { // shut down while allocating
-		_ = sp.impl.Free(plugin.MemHost, p)
+		sp.mu.Unlock()
+		sp.freeAll([]uintptr{p})
+		sp.mu.Lock() // for the deferred unlock
 		return stagingBuf{}, false
 	}
 	sp.stats.Misses++
@@ -135,8 +137,8 @@ func (sp *stagingPool) alloc(n uintptr) (stagingBuf, bool) {
 // returned it (for the stats).
 func (sp *stagingPool) put(b stagingBuf, recycled bool) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	if sp.closed {
+		sp.mu.Unlock()
 		return // close freed it
 	}
 	sp.stats.InUseBytes -= b.size
@@ -147,35 +149,52 @@ func (sp *stagingPool) put(b stagingBuf, recycled bool) {
 		c := classOf(b.size)
 		sp.free[c] = append(sp.free[c], b.p)
 		sp.stats.PoolBytes += b.size
+		sp.mu.Unlock()
 		return
 	}
-	sp.freeLocked(b.p)
+	sp.forgetLocked(b.p)
+	sp.mu.Unlock()
+	sp.freeAll([]uintptr{b.p})
 }
 
-func (sp *stagingPool) freeLocked(p uintptr) {
+// forgetLocked takes buffer p out of the pool's books; the caller frees it
+// with freeAll once sp.mu is released.
+func (sp *stagingPool) forgetLocked(p uintptr) {
 	delete(sp.live, p)
 	sp.stats.Buffers--
 	sp.stats.Freed++
-	_ = sp.impl.Free(plugin.MemHost, p)
+}
+
+// freeAll frees buffers the pool forgot, without sp.mu: freeing pinned
+// memory synchronizes with the device (cuMemFreeHost waits for the work in
+// flight), and a submission taking a cached buffer must not wait for that.
+func (sp *stagingPool) freeAll(ps []uintptr) {
+	for _, p := range ps {
+		_ = sp.impl.Free(plugin.MemHost, p)
+	}
 }
 
 // setConfig changes the limits and frees the free buffers that no longer fit.
 func (sp *stagingPool) setConfig(cfg StagingConfig) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	sp.cfg = cfg
 	if sp.closed {
+		sp.mu.Unlock()
 		return
 	}
+	var gone []uintptr
 	for c := len(sp.free) - 1; c >= 0; c-- {
 		size := uintptr(1) << c
 		for len(sp.free[c]) > 0 && (size > cfg.largestClass() || sp.stats.PoolBytes > cfg.MaxPoolBytes) {
 			l := len(sp.free[c])
-			sp.freeLocked(sp.free[c][l-1])
+			sp.forgetLocked(sp.free[c][l-1])
+			gone = append(gone, sp.free[c][l-1])
 			sp.free[c] = sp.free[c][:l-1]
 			sp.stats.PoolBytes -= size
 		}
 	}
+	sp.mu.Unlock()
+	sp.freeAll(gone)
 }
 
 func (sp *stagingPool) config() StagingConfig {
@@ -194,14 +213,18 @@ func (sp *stagingPool) snapshot() StagingStats {
 // destroyed the queues first, so no copy reads them any more.
 func (sp *stagingPool) close() {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	if sp.closed {
+		sp.mu.Unlock()
 		return
 	}
+	gone := make([]uintptr, 0, len(sp.live))
 	for p := range sp.live {
-		sp.freeLocked(p)
+		sp.forgetLocked(p)
+		gone = append(gone, p)
 	}
 	clear(sp.free[:])
 	sp.stats.PoolBytes, sp.stats.InUseBytes = 0, 0
 	sp.closed = true
+	sp.mu.Unlock()
+	sp.freeAll(gone)
 }

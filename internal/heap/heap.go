@@ -213,6 +213,12 @@ type Heap struct {
 	nhuge    int
 	mapped   uintptr
 	closed   atomic.Bool
+
+	// Chunks and regions let go under mu, given back after it (giveback.go).
+	doomed    []doomedRange
+	relChunks int          // chunks on their way back to the source
+	relHuge   int          // huge regions on their way back
+	gate      sync.RWMutex // shared while ranges go back; Stats waits for them
 }
 
 // New returns a heap drawing on src.

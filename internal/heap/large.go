@@ -103,9 +103,8 @@ func (h *Heap) releaseChunk(ch *chunk) {
 		}
 	}
 	h.empty--
-	h.mapped -= ch.size - uintptr(bits.OnesCount64(ch.resv))*pageSize
 	setGranules(ch.base, ch.size, nil)
-	_ = h.src.Release(ch.base, ch.size) // the table no longer points here: nothing can reach it
+	h.doom(doomedRange{base: ch.base, size: ch.size, mapped: ch.size - uintptr(bits.OnesCount64(ch.resv))*pageSize})
 }
 
 // allocLarge serves blocks too big for size classes: page runs inside a
@@ -135,14 +134,14 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	}
 	h.mu.Lock()
 	if h.closed.Load() {
-		h.mu.Unlock()
+		h.unlock()
 		return 0, 0, false, ErrClosed
 	}
 	if foot <= maxMedium && align <= maxMedium {
 		if s := h.reuseSpare(foot/pageSize, align); s != nil {
 			s.owner, s.req = owner, size
 			publish(&s.state, spanLarge)
-			h.mu.Unlock()
+			h.unlock()
 			if zero {
 				h.zeroBlock(s.base, size)
 			}
@@ -150,7 +149,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		}
 		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
 		if err != nil {
-			h.mu.Unlock()
+			h.unlock()
 			return 0, 0, false, err
 		}
 		s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
@@ -158,7 +157,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		// Only the first page points at a large span: a valid Free names it,
 		// and the page bitmap tells interior pointers from free pages.
 		ch.pages[first].Store(s)
-		h.mu.Unlock()
+		h.unlock()
 		if zero && !fresh {
 			h.zeroBlock(s.base, size)
 		}
@@ -168,7 +167,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		foot = max(foot, rs.RegionSize(foot))
 	}
 	s, fresh := h.reuseHuge(foot, align)
-	h.mu.Unlock()
+	h.unlock()
 	if s == nil {
 		var p uintptr
 		if p, err = h.src.Acquire(foot, max(align, chunkSize)); err != nil {
@@ -180,7 +179,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		h.mu.Lock()
 		h.mapped += foot
 		h.nhuge++
-		h.mu.Unlock()
+		h.unlock()
 		setGranules(p, foot, ch)
 		fresh = true
 	}
@@ -243,7 +242,7 @@ func (h *Heap) reuseHuge(foot, align uintptr) (*span, bool) {
 // block, or in free pages.
 func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlock()
 	if ch.used&(1<<((p-ch.base)>>pageShift)) != 0 {
 		return fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
@@ -271,7 +270,7 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 		t.CountFree(int64(b.Size), int64(b.Footprint))
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlock()
 	h.keepOrFree(s)
 	return b, nil
 }
@@ -380,8 +379,7 @@ func (pc *pcache) takeSpan(n, align uintptr) *span {
 
 func (h *Heap) releaseHuge(s *span) {
 	s.state.Store(spanDead)
-	h.mapped -= s.size
 	h.nhuge--
 	setGranules(s.base, s.size, nil)
-	_ = h.src.Release(s.base, s.size)
+	h.doom(doomedRange{base: s.base, size: s.size, mapped: s.size, huge: true})
 }

@@ -17,14 +17,14 @@ import (
 func (h *Heap) refill(c int) (uintptr, error) {
 	h.mu.Lock()
 	if h.closed.Load() {
-		h.mu.Unlock()
+		h.unlock()
 		return 0, ErrClosed
 	}
 	if n := runtime.GOMAXPROCS(0); n > len(*h.caches.Load()) {
 		h.growCaches(n)
 	}
 	head, tail, n, err := h.takeSlots(c, int(classCap[c]/2))
-	h.mu.Unlock()
+	h.unlock()
 	if err != nil {
 		return 0, err
 	}
@@ -43,7 +43,7 @@ func (h *Heap) refill(c int) (uintptr, error) {
 	pcpu.Unpin()
 	h.mu.Lock()
 	h.returnList(rest)
-	h.mu.Unlock()
+	h.unlock()
 	return first, nil
 }
 
@@ -217,7 +217,7 @@ func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
 		h.mu.Lock()
 		setLink(slot, 0)
 		h.returnList(slot)
-		h.mu.Unlock()
+		h.unlock()
 		if t != nil {
 			t.CountFree(int64(b.Size), int64(b.Footprint))
 		}
@@ -257,7 +257,7 @@ func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
 	}
 	h.mu.Lock()
 	h.returnList(head)
-	h.mu.Unlock()
+	h.unlock()
 }
 
 // usedMark is written in the first word of a slot handed out at an offset

@@ -22,10 +22,10 @@ func (h *Heap) Trim() uintptr {
 		fresh[i] = new(pcache)
 	}
 	h.caches.Store(&fresh)
-	h.mu.Unlock()
+	h.unlock()
 	runtime.GC()
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	defer h.unlock()
 	for _, pc := range old {
 		pc.guard.Lock() // uncontended: the grace period made the old caches ours
 		for _, l := range pc.lists {
@@ -36,7 +36,6 @@ func (h *Heap) Trim() uintptr {
 		}
 		pc.guard.Unlock()
 	}
-	before := h.mapped
 	h.dropSpare()
 	for _, s := range h.huge {
 		h.releaseHuge(s)
@@ -47,7 +46,11 @@ func (h *Heap) Trim() uintptr {
 			h.releaseChunk(ch)
 		}
 	}
-	return before - h.mapped
+	var released uintptr // all of h.doomed: unlock gave back the earlier ones
+	for _, r := range h.doomed {
+		released += r.mapped
+	}
+	return released
 }
 
 // Close trims the heap and refuses further allocation. Blocks still live
@@ -57,7 +60,7 @@ func (h *Heap) Close() {
 	h.mu.Lock()
 	h.closed.Store(true)
 	h.cfg.KeepChunks, h.cfg.KeepHuge = 0, 0
-	h.mu.Unlock()
+	h.unlock()
 }
 
 // Stats describes what a heap holds.
@@ -71,8 +74,13 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the heap's holdings.
+// Chunks and regions on their way back to the source count until the
+// source has them, and Stats waits for those in flight.
 func (h *Heap) Stats() Stats {
+	h.gate.Lock()
+	defer h.gate.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Mapped: h.mapped, Chunks: len(h.chunks), EmptyChunks: h.empty, Huge: h.nhuge, Retained: h.retained, Spare: uintptr(h.spareN)}
+	return Stats{Mapped: h.mapped, Chunks: len(h.chunks) + h.relChunks, EmptyChunks: h.empty + h.relChunks,
+		Huge: h.nhuge + h.relHuge, Retained: h.retained, Spare: uintptr(h.spareN)}
 }

@@ -96,6 +96,16 @@
  *                                          4 streams
  *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
  *   int  fakecuda_peer_enabled(int a, int b) whether a's context may access b's
+ *   void fakecuda_gate(const char *name, int closed) closes (1) or opens (0) a
+ *                                          gate in front of API name (without
+ *                                          _v2): a call arriving at a closed
+ *                                          gate waits there, holding no lock of
+ *                                          the fake, until it opens, as
+ *                                          cuMemHostRegister of a big range or a
+ *                                          device-synchronizing
+ *                                          cuMemHostUnregister/cuMemFreeHost may
+ *                                          take milliseconds to seconds
+ *   int  fakecuda_gated(void)              calls waiting at a closed gate
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -297,7 +307,55 @@ static void parse_fail(const char *spec) {
 	}
 }
 
-/* enter counts a call of name and returns the injected error, if any. */
+/* Gates (fakecuda_gate): calls held before they do anything. */
+#define MAX_GATES 8
+static pthread_mutex_t g_gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gate_cv = PTHREAD_COND_INITIALIZER;
+static char g_gates[MAX_GATES][48];
+static int g_ngates, g_gated;
+
+static int gate_closed_locked(const char *name) {
+	for (int i = 0; i < g_ngates; i++)
+		if (strcmp(g_gates[i], name) == 0)
+			return 1;
+	return 0;
+}
+
+static void gate_wait(const char *name) {
+	pthread_mutex_lock(&g_gate_mu);
+	if (gate_closed_locked(name)) {
+		g_gated++;
+		while (gate_closed_locked(name))
+			pthread_cond_wait(&g_gate_cv, &g_gate_mu);
+		g_gated--;
+	}
+	pthread_mutex_unlock(&g_gate_mu);
+}
+
+API void fakecuda_gate(const char *name, int closed) {
+	pthread_mutex_lock(&g_gate_mu);
+	for (int i = 0; i < g_ngates; i++) {
+		if (strcmp(g_gates[i], name) == 0) {
+			memmove(g_gates[i], g_gates[g_ngates - 1], sizeof g_gates[0]);
+			g_ngates--;
+			break;
+		}
+	}
+	if (closed && g_ngates < MAX_GATES)
+		snprintf(g_gates[g_ngates++], sizeof g_gates[0], "%s", name);
+	pthread_cond_broadcast(&g_gate_cv);
+	pthread_mutex_unlock(&g_gate_mu);
+}
+
+API int fakecuda_gated(void) {
+	pthread_mutex_lock(&g_gate_mu);
+	int n = g_gated;
+	pthread_mutex_unlock(&g_gate_mu);
+	return n;
+}
+
+/* enter counts a call of name and returns the injected error, if any, after
+ * waiting at name's gate while it is closed. */
 static CUresult enter(const char *name) {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&g_mu);
@@ -322,6 +380,7 @@ static CUresult enter(const char *name) {
 			r = g_fail[j].code;
 	}
 	pthread_mutex_unlock(&g_mu);
+	gate_wait(name);
 	return r;
 }
 

@@ -31,7 +31,7 @@ func TestExamples(t *testing.T) {
 	}{
 		{"pinned", []string{"VmLck before", "4 KiB aligned: true", "fallback: omp_default_mem_alloc", "ErrPinFailed): true"}},
 		{"lockmem", []string{"references 2", "ErrOverlap): true", "kmp returns nil: true", "after two unlocks: 0 entries", "ErrNotLocked): true", "ErrBadDevice): true"}},
-		{"tensor", []string{"verified 65536 floats", "live blocks after release: 0"}},
+		{"tensor", []string{"params pinned: true", "params pinned after Unpin: false", "verified 65536 floats", "params [256 256]", "live blocks after release: 0"}},
 		{"envalloc", []string{"omp_large_cap_mem_alloc (handle 2)", "alignment=64,pool_size=1048576", "must be a power of two", `unknown allocator or memory space "no_such_allocator"`}},
 		{"transfer", []string{"round trip ok", "first, with first touch", "second, copies only", "offset copy ok: true", "ErrBadDevice): true"}},
 	} {

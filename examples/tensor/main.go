@@ -1,7 +1,8 @@
 // Tensor shows what a Go tensor library does with ompalloc: typed slices
 // (alloc.Make[float32]) from a pinned allocator, copied to the default
-// device and back, with a small parameter block staged through the
-// device's pinned staging pool, and everything released at the end.
+// device and back with typed copies (no uintptr, no unsafe), a Go slice the
+// program already has pinned in place (target.Pin) and sent on a queue, and
+// everything released at the end.
 //
 //	go run ./examples/tensor
 //
@@ -12,7 +13,6 @@ package main
 import (
 	"fmt"
 	"log"
-	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -40,8 +40,6 @@ func NewTensor(a alloc.Interface, shape ...int) (*Tensor, error) {
 	return &Tensor{Shape: shape, Data: data, a: a}, nil
 }
 
-func (t *Tensor) Bytes() uintptr { return uintptr(len(t.Data)) * 4 }
-func (t *Tensor) Addr() uintptr  { return uintptr(unsafe.Pointer(unsafe.SliceData(t.Data))) }
 func (t *Tensor) Release() error { return alloc.FreeSlice(t.a, t.Data) }
 
 func main() {
@@ -68,11 +66,11 @@ func main() {
 	}
 	fmt.Printf("device: %v\n", d)
 
-	devX, err := d.Alloc(plugin.MemDevice, x.Bytes())
+	devX, err := target.AllocArray[float32](d, plugin.MemDevice, len(x.Data))
 	if err != nil {
 		log.Fatal(err)
 	}
-	devParams, err := d.Alloc(plugin.MemDevice, 64)
+	devParams, err := target.AllocArray[int32](d, plugin.MemDevice, 16)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -82,36 +80,35 @@ func main() {
 	}
 
 	// The tensor's memory is in the device's registry: one DMA from it.
-	if err := d.Submit(devX, x.Addr(), x.Bytes(), q); err != nil {
+	if err := target.CopyToDevice(devX, x.Data, q); err != nil {
 		log.Fatal(err)
 	}
-	// A small block from pageable memory is staged: copied into a pinned
-	// buffer at once, so it may be reused as soon as Submit returns.
-	plain, _ := alloc.Lookup(alloc.DefaultMem)
-	params, err := alloc.Make[int32](plain, 16)
+	// A parameter block the program already has, in ordinary Go memory:
+	// pin it in place, copy it on the queue, unpin after the queue is done.
+	params := make([]int32, 16)
+	params[0], params[1] = 256, 256
+	pin, err := target.Pin(params, d.ID)
 	if err != nil {
 		log.Fatal(err)
 	}
-	params[0], params[1] = 256, 256
-	if err := d.Submit(devParams, uintptr(unsafe.Pointer(&params[0])), 64, q); err != nil {
+	fmt.Printf("params pinned: %v\n", target.IsPinned(params))
+	if err := target.CopyToDevice(devParams, params, q); err != nil {
 		log.Fatal(err)
 	}
-	params[0] = -1 // safe: the staged copy no longer reads it
 	if err := q.Synchronize(); err != nil {
 		log.Fatal(err)
 	}
-	if st := d.StagingStats(); !d.IsHost() {
-		fmt.Printf("staging pool: %d hits, %d misses, %d buffers\n", st.Hits, st.Misses, st.Buffers)
-	} else {
-		fmt.Println("staging pool: not used (the host device copies at once)")
+	if err := pin.Unpin(); err != nil {
+		log.Fatal(err)
 	}
+	fmt.Printf("params pinned after Unpin: %v\n", target.IsPinned(params))
 
 	// Back to a second pinned tensor, and compare.
 	y, err := NewTensor(pinnedMem, 256, 256)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := d.Retrieve(y.Addr(), devX, y.Bytes(), nil); err != nil {
+	if err := target.CopyFromDevice(y.Data, devX, nil); err != nil {
 		log.Fatal(err)
 	}
 	for i := range y.Data {
@@ -119,11 +116,14 @@ func main() {
 			log.Fatalf("element %d: got %v, want %v", i, y.Data[i], x.Data[i])
 		}
 	}
-	fmt.Printf("verified %d floats (%d bytes) after the round trip\n", len(y.Data), y.Bytes())
+	back := make([]int32, 16)
+	if err := target.CopyFromDevice(back, devParams, nil); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("verified %d floats (%d bytes) after the round trip; params %v\n", len(y.Data), 4*len(y.Data), back[:2])
 
 	// Clean release: queue, device memory, tensors, allocator.
-	for _, err := range []error{q.Close(), d.Free(plugin.MemDevice, devX), d.Free(plugin.MemDevice, devParams),
-		x.Release(), y.Release(), alloc.FreeSlice(plain, params)} {
+	for _, err := range []error{q.Close(), devX.Free(), devParams.Free(), x.Release(), y.Release()} {
 		if err != nil {
 			log.Fatal(err)
 		}

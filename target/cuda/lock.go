@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -65,18 +66,58 @@ type hold struct {
 }
 
 // registrations are the driver's process-wide host registrations made here.
-// One mutex covers the registering calls too: two devices locking the same
-// buffer at once must not both register it (the driver serialises
-// registration anyway).
+//
+// The mutex covers the books, never a cuMemHostRegister or
+// cuMemHostUnregister: registering a GiB range takes up to seconds and
+// unregistering synchronizes with the device, and a lock of one range must
+// not wait for either on another range. A range being registered or
+// unregistered is in flight: a lock overlapping it waits for it to be
+// done and looks again, so two lockers of overlapping ranges never both
+// register, and none uses a registration on its way out.
 type registrations struct {
-	mu      sync.Mutex
-	byPiece map[uintptr]*registration // every piece's start
-	holds   map[holdKey]*hold
+	mu       sync.Mutex
+	byPiece  map[uintptr]*registration // every piece's start
+	holds    map[holdKey]*hold
+	inflight []*flight
+}
+
+// flight is a range being registered or unregistered outside rs.mu.
+type flight struct {
+	host, size uintptr
+	done       chan struct{}
 }
 
 func (rs *registrations) init() {
 	rs.byPiece = map[uintptr]*registration{}
 	rs.holds = map[holdKey]*hold{}
+}
+
+// flyLocked marks [p, p+n) in flight. rs.mu held.
+func (rs *registrations) flyLocked(p, n uintptr) *flight {
+	f := &flight{host: p, size: n, done: make(chan struct{})}
+	rs.inflight = append(rs.inflight, f)
+	return f
+}
+
+// landLocked ends flight f and wakes who waits for it. rs.mu held.
+func (rs *registrations) landLocked(f *flight) {
+	for i, g := range rs.inflight {
+		if g == f {
+			rs.inflight = append(rs.inflight[:i], rs.inflight[i+1:]...)
+			break
+		}
+	}
+	close(f.done)
+}
+
+// overlapLocked returns a flight overlapping [p, p+n), or nil. rs.mu held.
+func (rs *registrations) overlapLocked(p, n uintptr) *flight {
+	for _, f := range rs.inflight {
+		if p < f.host+f.size && f.host < p+n {
+			return f
+		}
+	}
+	return nil
 }
 
 // ownerLocked returns the registration made here that holds [p, p+n), if
@@ -103,23 +144,40 @@ func (rs *registrations) ownerLocked(p, n, start uintptr, known bool) *registrat
 // LockHost registers [p, p+n) with the driver (PORTABLE, so every context
 // sees it) in pieces of at most MaxRegister bytes and returns the device
 // address of p. A range this package registered already, for this device or
-// another, is shared and counted instead of registered again.
+// another, is shared and counted instead of registered again. The driver is
+// asked to register without rs.mu held (see registrations).
 func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, ErrInvalid)
 	}
 	rs := &d.drv.regs
+	for {
+		dev, again, err := d.lockOnce(rs, p, n)
+		if again == nil {
+			return dev, err
+		}
+		<-again // a registration of an overlapping range was in flight
+	}
+}
+
+// lockOnce is one try of LockHost; again, when not nil, is a flight that
+// overlaps [p, p+n): wait for it and try again.
+func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again chan struct{}, err error) {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
+	if f := rs.overlapLocked(p, n); f != nil {
+		rs.mu.Unlock()
+		return 0, f.done, nil
+	}
 	key := holdKey{d, p}
 	if h := rs.holds[key]; h != nil && h.reg.contains(p, n) {
+		defer rs.mu.Unlock()
 		dev, err := d.devicePointer(p)
 		if err != nil {
-			return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+			return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 		}
 		h.count++
 		h.reg.refs++
-		return dev, nil
+		return dev, nil, nil
 	}
 	reg := rs.byPiece[p]
 	if reg == nil || !reg.contains(p, n) {
@@ -130,34 +188,53 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 			reg = rs.ownerLocked(p, n, start, true)
 		}
 	}
-	registered := false
-	if reg == nil {
-		var err error
-		reg, err = d.register(p, n)
-		if errors.Is(err, ErrAlreadyRegistered) {
-			// The driver could not say where p's registration starts.
-			start, known := d.rangeStart(p)
-			if reg = rs.ownerLocked(p, n, start, known); reg == nil {
-				return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
-			}
-		} else if err != nil {
-			return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
-		} else {
-			registered = true
-		}
+	if reg != nil {
+		defer rs.mu.Unlock()
+		return d.holdLocked(rs, reg, p, n, false)
 	}
+	// Register outside the lock, with the range in flight.
+	f := rs.flyLocked(p, n)
+	rs.mu.Unlock()
+	reg, err = d.register(p, n)
+	rs.mu.Lock()
+	rs.landLocked(f)
+	registered := err == nil
+	if errors.Is(err, ErrAlreadyRegistered) {
+		// The driver could not say where p's registration starts.
+		start, known := d.rangeStart(p)
+		if reg = rs.ownerLocked(p, n, start, known); reg == nil {
+			rs.mu.Unlock()
+			return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+		}
+		if g := rs.overlapLocked(reg.host, reg.size); g != nil {
+			rs.mu.Unlock()
+			return 0, g.done, nil // on its way out: look again after
+		}
+	} else if err != nil {
+		rs.mu.Unlock()
+		return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+	}
+	dev, _, err = d.holdLocked(rs, reg, p, n, registered)
+	rs.mu.Unlock()
+	if err != nil && registered {
+		_, _ = reg.drop() // never published: nobody else can see it
+	}
+	return dev, nil, err
+}
+
+// holdLocked gives d a hold on reg for a lock at p, publishing reg when it
+// was just registered. rs.mu held.
+func (d *device) holdLocked(rs *registrations, reg *registration, p, n uintptr, registered bool) (uintptr, chan struct{}, error) {
 	dev, err := d.devicePointer(p)
 	if err != nil {
-		if registered {
-			_, _ = reg.drop()
-		}
-		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+		return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 	}
 	if registered {
 		for _, pc := range reg.pieces {
 			rs.byPiece[pc.host] = reg
 		}
 	}
+	key := holdKey{d, p}
 	h := rs.holds[key]
 	if h == nil {
 		h = &hold{reg: reg}
@@ -165,7 +242,7 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	}
 	h.count++
 	reg.refs++
-	return dev, nil
+	return dev, nil, nil
 }
 
 // register registers the pieces of [p, p+n) in d's context, undoing them
@@ -258,59 +335,81 @@ func (d *device) devicePointer(p uintptr) (uintptr, error) {
 }
 
 // UnlockHost releases a lock this device took at p; the registration goes
-// when no device holds it any more.
+// when no device holds it any more, unregistered without rs.mu held.
 func (d *device) UnlockHost(p uintptr) error {
 	rs := &d.drv.regs
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	key := holdKey{d, p}
 	h := rs.holds[key]
 	if h == nil {
+		rs.mu.Unlock()
 		return fmt.Errorf("%v: unlock %#x: %w", d, p, ErrNotLocked)
 	}
 	if h.count--; h.count == 0 {
 		delete(rs.holds, key)
 	}
-	return d.releaseLocked(h.reg, 1)
-}
-
-// releaseLocked drops k references to reg and unregisters it at zero.
-func (d *device) releaseLocked(reg *registration, k int) error {
-	rs := &d.drv.regs
-	if reg.refs -= k; reg.refs > 0 {
+	if h.reg.refs--; h.reg.refs > 0 {
+		rs.mu.Unlock()
 		return nil
 	}
-	gone, err := reg.drop()
-	for _, pc := range gone {
-		delete(rs.byPiece, pc.host)
+	return d.unregister(rs, []*registration{h.reg})
+}
+
+// unregister drops regs, whose references are all gone: in flight while
+// the driver unregisters them, then out of the books. rs.mu held on entry,
+// released on return.
+func (d *device) unregister(rs *registrations, regs []*registration) error {
+	fs := make([]*flight, len(regs))
+	for i, reg := range regs {
+		fs[i] = rs.flyLocked(reg.host, reg.size)
 	}
-	if err != nil {
-		// Pieces the driver keeps stay here too, unreferenced: the next lock
-		// of the range reuses the registration, and Close tries again.
-		return fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, err)
+	rs.mu.Unlock()
+	gone := make([][]piece, len(regs))
+	errs := make([]error, len(regs))
+	for i, reg := range regs {
+		gone[i], errs[i] = reg.drop()
 	}
-	return nil
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for i, reg := range regs {
+		for _, pc := range gone[i] {
+			delete(rs.byPiece, pc.host)
+		}
+		rs.landLocked(fs[i])
+		if errs[i] != nil {
+			// Pieces the driver keeps stay here too, unreferenced: the next
+			// lock of the range reuses the registration, and Close tries again.
+			errs[i] = fmt.Errorf("%v: unlock %#x+%d: %w", d, reg.host, reg.size, errs[i])
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // releaseAll drops every lock d holds (at Close).
 func (rs *registrations) releaseAll(d *device) error {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	var errs []error
+	var drop []*registration
 	for key, h := range rs.holds {
 		if key.d != d {
 			continue
 		}
 		delete(rs.holds, key)
-		errs = append(errs, d.releaseLocked(h.reg, h.count))
-	}
-	// Registrations whose unregistration failed earlier: try again.
-	for host, reg := range rs.byPiece {
-		if reg.refs == 0 && host == reg.pieces[0].host {
-			errs = append(errs, d.releaseLocked(reg, 0))
+		if h.reg.refs -= h.count; h.reg.refs == 0 {
+			drop = append(drop, h.reg)
 		}
 	}
-	return errors.Join(errs...)
+	// Registrations whose unregistration failed earlier: try again (those in
+	// flight are someone else's to finish).
+	for host, reg := range rs.byPiece {
+		if reg.refs == 0 && rs.overlapLocked(reg.host, reg.size) == nil && host == reg.pieces[0].host && !slices.Contains(drop, reg) {
+			drop = append(drop, reg)
+		}
+	}
+	if len(drop) == 0 {
+		rs.mu.Unlock()
+		return nil
+	}
+	return d.unregister(rs, drop)
 }
 
 // ExternalLock reports whether p lies in host memory pinned outside this
@@ -347,6 +446,16 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	}
 	rs := &d.drv.regs
 	rs.mu.Lock()
+	if f := rs.overlapLocked(start, size); f != nil || rs.overlapLocked(p, n) != nil {
+		// Being registered or unregistered here: the driver's answer is
+		// about our own registration, not published yet or on its way out.
+		if f == nil {
+			f = rs.overlapLocked(p, n)
+		}
+		rs.mu.Unlock()
+		<-f.done
+		return d.ExternalLock(p, n)
+	}
 	ours := rs.ownerLocked(p, 1, start, known) != nil
 	rs.mu.Unlock()
 	if ours {

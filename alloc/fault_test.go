@@ -99,14 +99,22 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 					fbAlloc = mustNew(t, memspace.Default, WithPinned(!pt.pinned), WithFallback(traits.NullFb))
 					opts = append(opts, WithFallbackAllocator(fbAlloc))
 				}
-				a, err := New(memspace.Default, opts...)
-				require.NoError(t, err)
+				a := mustNew(t, memspace.Default, opts...)
+				held := holdBlocks(t)
 				defStats := Default().Stats()
 
-				// Fail the first acquisition only: a fallback on the same kind
-				// of source gets memory on its own attempt.
-				disarm := fault.Arm(pt.point, 1, nil)
+				// Fail a's attempt only: a fallback on the same kind of source
+				// gets memory on its own attempt. A pinned attempt asks every
+				// heap of the pool (one per NUMA node where the pool is split)
+				// before it fails, so there every call fails: no fallback here
+				// pins.
+				nth, fired := 1, 1
+				if pt.pinned {
+					nth, fired = 0, len(pinnedPoolFor(target.DefaultDevice()).heaps)
+				}
+				disarm := armFault(t, pt.point, nth, nil)
 				var p unsafe.Pointer
+				var err error
 				if fb == "abort_fb" {
 					msg := func() (msg any) {
 						defer func() { msg = recover() }()
@@ -120,8 +128,11 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 				} else {
 					p, err = a.Alloc(pt.size)
 				}
-				require.Equal(t, 1, fault.Fired(pt.point), "the fault was injected")
+				require.Equal(t, fired, fault.Fired(pt.point), "the fault was injected")
 				disarm()
+				if p != nil {
+					held[p] = true
+				}
 				injected++
 
 				switch fb {
@@ -146,19 +157,22 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 					require.Same(t, fbAlloc, o)
 					require.Equal(t, !pt.pinned, isPinned(t, p))
 				}
-				require.NoError(t, Free(p))
+				if p != nil {
+					held.free(t, p)
+				}
 				require.Zero(t, a.Stats().BlocksLive)
 
 				// The next allocation, with nothing injected, is served by a
 				// itself, pinned if a is.
 				q, err := a.Alloc(pt.size)
 				require.NoError(t, err)
+				held[q] = true
 				usable(t, q, pt.size)
 				o, err := Owner(q)
 				require.NoError(t, err)
 				require.Same(t, a, o)
 				require.Equal(t, pt.pinned, isPinned(t, q))
-				require.NoError(t, Free(q))
+				held.free(t, q)
 				require.NoError(t, a.Destroy())
 				if fbAlloc != nil {
 					require.NoError(t, fbAlloc.Destroy())
@@ -175,27 +189,33 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 // live are untouched.
 func TestFaultEveryCallFailsWholeChain(t *testing.T) {
 	base := takeBaseline(t)
+	held := holdBlocks(t)
 	live, err := Default().Alloc(300)
 	require.NoError(t, err)
+	held[live] = true
 	fill(live, 300, 0x33)
 	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
 	b := mustNew(t, memspace.Default, WithPinned(true), WithFallbackAllocator(a))
 	Trim()
-	disarm := fault.Arm(fault.PinLock, 0, nil)
+	disarm := armFault(t, fault.PinLock, 0, nil)
 	for range 3 {
 		p, err := b.Alloc(5000)
 		require.Nil(t, p)
 		require.ErrorIs(t, err, ErrPinFailed)
 		require.ErrorIs(t, err, fault.ErrInjected)
 	}
-	require.Equal(t, 6, fault.Fired(fault.PinLock), "b and then a tried each time")
+	// With a heap per NUMA node, each allocator's failed lock is retried
+	// on every other node's heap.
+	heaps := len(pinnedPoolFor(target.DefaultDevice()).heaps)
+	require.Equal(t, 3*2*heaps, fault.Fired(fault.PinLock), "b and then a tried each time, on each of %d heaps", heaps)
 	disarm()
 	require.True(t, allIs(live, 300, 0x33))
-	require.NoError(t, Free(live))
+	held.free(t, live)
 	p, err := b.Alloc(5000)
 	require.NoError(t, err)
+	held[p] = true
 	require.True(t, isPinned(t, p))
-	require.NoError(t, Free(p))
+	held.free(t, p)
 	require.NoError(t, b.Destroy())
 	require.NoError(t, a.Destroy())
 	base.require(t)
@@ -209,7 +229,7 @@ func TestFaultDuringReallocKeepsOldBlock(t *testing.T) {
 	p, err := a.Alloc(1000)
 	require.NoError(t, err)
 	fill(p, 1000, 0x77)
-	disarm := fault.Arm(fault.HeapAcquire, 0, nil)
+	disarm := armFault(t, fault.HeapAcquire, 0, nil)
 	q, err := Realloc(p, 16<<20, a)
 	require.Nil(t, q)
 	require.ErrorIs(t, err, fault.ErrInjected)
@@ -232,7 +252,7 @@ func TestFallbackKeepsAllocatorAlignment(t *testing.T) {
 	base := takeBaseline(t)
 	a := mustNew(t, memspace.Default, WithPinned(true), WithAlignment(4096), WithFallback(traits.DefaultMemFb))
 	Trim()
-	disarm := fault.Arm(fault.PinLock, 0, nil)
+	disarm := armFault(t, fault.PinLock, 0, nil)
 	var ps []unsafe.Pointer
 	misaligned := 0
 	for range 8 {

@@ -39,16 +39,18 @@ func isPinned(t *testing.T, p unsafe.Pointer) bool {
 // as the default device the driver pins it (cuMemHostRegister), which VmLck
 // does not show.
 func TestPinnedTraitLocksMemory(t *testing.T) {
+	stayOnOneNode(t)
 	Trim()
 	base := vmLckKiB(t)
 	host, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
-	a, err := New(memspace.Default, WithPinned(true), WithPinDevice(host.ID), WithAlignment(64), WithFallback(traits.NullFb))
-	require.NoError(t, err)
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(host.ID), WithAlignment(64), WithFallback(traits.NullFb))
 	isPinned := func(t *testing.T, p unsafe.Pointer) bool { return host.Registry().IsPinned(uintptr(p)) }
+	held := holdBlocks(t)
 
 	p, err := a.Alloc(100)
 	require.NoError(t, err)
+	held[p] = true
 	require.True(t, isPinned(t, p), "the block is in the device's registry")
 	locked := vmLckKiB(t)
 	require.GreaterOrEqual(t, locked, base+4, "VmLck rises")
@@ -57,6 +59,7 @@ func TestPinnedTraitLocksMemory(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		q, err := a.Calloc(10, 10)
 		require.NoError(t, err)
+		held[q] = true
 		require.Zero(t, uintptr(q)%64)
 		require.Equal(t, make([]byte, 100), unsafe.Slice((*byte)(q), 100))
 		small = append(small, q)
@@ -65,6 +68,8 @@ func TestPinnedTraitLocksMemory(t *testing.T) {
 
 	r, err := a.Realloc(p, 3<<20) // a block of its own, locked too
 	require.NoError(t, err)
+	delete(held, p)
+	held[r] = true
 	require.True(t, isPinned(t, r))
 	require.GreaterOrEqual(t, vmLckKiB(t), locked+3<<10)
 	st := a.Stats()
@@ -72,9 +77,9 @@ func TestPinnedTraitLocksMemory(t *testing.T) {
 	require.NotZero(t, st.PinnedBytes)
 	require.NotZero(t, Pinned().Locks)
 
-	require.NoError(t, Free(r))
+	held.free(t, r)
 	for _, q := range small {
-		require.NoError(t, Free(q))
+		held.free(t, q)
 	}
 	require.NoError(t, a.Destroy(), "destroying trims the pinned heap")
 	Trim()

@@ -44,6 +44,7 @@ func captureWarnings(t *testing.T) *bytes.Buffer {
 // pinned heap's chunk. It is an error naming what holds the memory, and
 // nothing changes.
 func TestUserUnlockCannotUnpinAPinnedChunk(t *testing.T) {
+	stayOnOneNode(t) // the next block from the same chunk
 	Trim()
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	defer func() { Trim() }()
@@ -172,7 +173,7 @@ func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
 	locked := pinnedNow(t)
 	_, lockedUsed := PinnedLimit()
 
-	disarm := fault.Arm(fault.PinUnlock, 1, nil)
+	disarm := armFault(t, fault.PinUnlock, 1, nil)
 	require.NoError(t, a.Destroy()) // trims the pinned heap: the release fails
 	disarm()
 	require.Equal(t, 1, fault.Fired(fault.PinUnlock))

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -67,6 +69,58 @@ func withPoolHooks(t *testing.T, top *numa.Topology, devNode int, node *int) int
 		resetCallerNodes()
 	})
 	return dev
+}
+
+// stayOnOneNode makes every caller of this test one node's: the first
+// node of the default device's pinned pool (its only heap's on one node).
+// A test of what one thread's pinned blocks share (a chunk, VmLck) needs
+// them in one heap; on a machine with a heap per node the scheduler may
+// move a goroutine to another node's CPU between two allocations. Undone at
+// cleanup.
+func stayOnOneNode(t *testing.T) {
+	t.Helper()
+	pp := pinnedPoolFor(target.DefaultDevice())
+	node := pp.nodes[0]
+	if node < 0 {
+		return // one heap: nothing to choose
+	}
+	old := currentNode
+	currentNode = func() int { return node }
+	resetCallerNodes()
+	t.Cleanup(func() {
+		currentNode = old
+		resetCallerNodes()
+	})
+}
+
+// armFault arms a fault point and disarms it at cleanup too, so a test
+// that stops early never leaves it switched on for the tests after it.
+func armFault(t *testing.T, point string, nth int, err error) (disarm func()) {
+	t.Helper()
+	disarm = fault.Arm(point, nth, err)
+	t.Cleanup(disarm)
+	return disarm
+}
+
+// heldBlocks frees, at cleanup, the blocks a test still holds: a test that
+// stops early must not leave pinned memory locked for the tests after it.
+type heldBlocks map[unsafe.Pointer]bool
+
+func holdBlocks(t *testing.T) heldBlocks {
+	h := heldBlocks{}
+	t.Cleanup(func() {
+		for p := range h {
+			_ = Free(p)
+		}
+	})
+	return h
+}
+
+// free frees p now, and forgets it.
+func (h heldBlocks) free(t *testing.T, p unsafe.Pointer) {
+	t.Helper()
+	delete(h, p)
+	require.NoError(t, Free(p))
 }
 
 func poolOf(t *testing.T, dev int) *pinnedPool {

@@ -141,26 +141,27 @@ func TestPinnedPoolStats(t *testing.T) {
 // Issue 10: destroying one pinned allocator dropped the shared pool from
 // 12 MiB to 4 MiB while another allocator was about to reuse it.
 func TestDestroyingOneAllocatorKeepsThePool(t *testing.T) {
+	stayOnOneNode(t) // the three chunks of one heap
 	Trim()
 	needPinned(t, 16<<20)
-	stays, err := New(memspace.Default, WithPinned(true))
-	require.NoError(t, err)
+	stays := mustNew(t, memspace.Default, WithPinned(true))
+	held := holdBlocks(t)
 	var blocks []unsafe.Pointer
 	for range 6 { // two 1.5 MiB blocks per 4 MiB chunk: three chunks
 		p, err := stays.Alloc(3 << 19)
 		require.NoError(t, err)
+		held[p] = true
 		blocks = append(blocks, p)
 	}
 	for _, p := range blocks {
-		require.NoError(t, Free(p))
+		held.free(t, p)
 	}
 	st := defaultPool(t)
 	require.Equal(t, 3, st.Chunks)
 	require.Equal(t, uintptr(12<<20), st.Locked)
 	require.LessOrEqual(t, st.Idle, st.Locked)
 
-	leaves, err := New(memspace.Default, WithPinned(true))
-	require.NoError(t, err)
+	leaves := mustNew(t, memspace.Default, WithPinned(true))
 	require.NoError(t, leaves.Destroy())
 	st = defaultPool(t)
 	require.Equal(t, uintptr(12<<20), st.Locked, "another allocator still draws on the pool: it keeps its memory")
@@ -168,8 +169,9 @@ func TestDestroyingOneAllocatorKeepsThePool(t *testing.T) {
 	locks := st.Locks
 	p, err := stays.Alloc(3 << 19)
 	require.NoError(t, err)
+	held[p] = true
 	require.Equal(t, locks, defaultPool(t).Locks, "reused without a lock call")
-	require.NoError(t, Free(p))
+	held.free(t, p)
 
 	require.NoError(t, stays.Destroy())
 	require.Zero(t, defaultPool(t).Locked, "the last allocator left: the pool gave back its idle memory")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/memspace"
 )
 
@@ -103,16 +104,24 @@ func TestAll(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
+	// high_bw and large_cap are served by their own memory where this
+	// host has it (HBM, capacity nodes, as memspace.Placement reads the
+	// topology), else by default host memory: the decision documented in
+	// doc.go, as libgomp does.
+	own := func(id memspace.ID) memspace.ID {
+		if _, restricted, _ := memspace.Placement(id); restricted {
+			return id
+		}
+		return memspace.Default
+	}
 	cases := []struct {
 		id       memspace.ID
 		kind     memspace.Kind
 		backedBy memspace.ID
 	}{
 		{memspace.Default, memspace.KindHost, memspace.Default},
-		// The decision documented in doc.go: no special memory on this host, so
-		// these four are served by default host memory (as libgomp does).
-		{memspace.LargeCap, memspace.KindHost, memspace.Default},
-		{memspace.HighBw, memspace.KindHost, memspace.Default},
+		{memspace.LargeCap, memspace.KindHost, own(memspace.LargeCap)},
+		{memspace.HighBw, memspace.KindHost, own(memspace.HighBw)},
 		{memspace.LowLat, memspace.KindHost, memspace.Default},
 		{memspace.Const, memspace.KindHost, memspace.Default},
 		{memspace.TargetHost, memspace.KindTargetHost, memspace.TargetHost},
@@ -128,8 +137,13 @@ func TestDescribe(t *testing.T) {
 			require.Equal(t, c.kind, b.Kind)
 			require.Equal(t, c.backedBy, b.BackedBy)
 			require.NotEmpty(t, b.Memory)
-			if c.backedBy == memspace.Default && c.id != memspace.Default {
+			switch {
+			case c.backedBy == memspace.Default && c.id != memspace.Default:
 				require.True(t, strings.HasPrefix(b.Memory, "default host memory"), b.Memory)
+			case c.id == memspace.HighBw || c.id == memspace.LargeCap:
+				nodes, _, _ := memspace.Placement(c.id)
+				require.Equal(t, nodes, b.Nodes)
+				require.Contains(t, b.Memory, "memory on NUMA nodes "+numa.FormatList(nodes))
 			}
 		})
 	}
@@ -145,14 +159,16 @@ func TestKindString(t *testing.T) {
 }
 
 func ExampleDescribe() {
+	// What serves high_bw depends on the host (HBM nodes, or default
+	// memory); its kind does not.
 	for _, id := range []memspace.ID{memspace.Default, memspace.HighBw, memspace.TargetDevice} {
 		b := memspace.Describe(id)
-		fmt.Printf("%s: %s, served by %s\n", id, b.Kind, b.BackedBy)
+		fmt.Printf("%s: %s\n", id, b.Kind)
 	}
 	// Output:
-	// omp_default_mem_space: host, served by omp_default_mem_space
-	// omp_high_bw_mem_space: host, served by omp_default_mem_space
-	// llvm_omp_target_device_mem_space: target-device, served by llvm_omp_target_device_mem_space
+	// omp_default_mem_space: host
+	// omp_high_bw_mem_space: host
+	// llvm_omp_target_device_mem_space: target-device
 }
 
 func ExampleByName() {

@@ -77,6 +77,11 @@ func goroutinesSection() *benchSection {
 				if err != nil {
 					return 0, 0, err
 				}
+				if cpu <= 0 {
+					// Tick-sampled accounting (a kernel without precise CPU
+					// time, as in a qemu guest) can miss a short round.
+					return 0, 0, fmt.Errorf("the process's CPU time did not advance over %d pairs: this kernel accounts CPU time more coarsely than the round (raise --time)", pairs)
+				}
 				return float64(cpu) / float64(pairs), n, nil
 			}})
 	}

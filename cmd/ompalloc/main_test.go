@@ -49,9 +49,14 @@ func goTool() (string, error) {
 	return p, nil
 }
 
-// binary builds cmd/ompalloc (cgo-free, as users get it) once.
+// binary builds cmd/ompalloc (cgo-free, as users get it) once, or takes
+// the one OMPALLOC_TEST_CLI names (built beforehand, where no go tool runs:
+// the NUMA guest of scripts/numa-vm.sh).
 func binary(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("OMPALLOC_TEST_CLI"); p != "" {
+		return p
+	}
 	goBin, err := goTool()
 	if err != nil {
 		t.Skipf("cannot build the command: %v", err)

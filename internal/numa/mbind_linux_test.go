@@ -105,7 +105,9 @@ func TestApplyReachesTheKernel(t *testing.T) {
 			}
 			require.Contains(t, allowed, got[0])
 			require.Contains(t, allowed, got[1])
-			require.Equal(t, -int(syscall.ENOENT), got[2], "an untouched page is not there")
+			// An untouched page is not there: -ENOENT, or -EFAULT from
+			// kernels that report a missing page table that way (6.1).
+			require.Contains(t, []int{-int(syscall.ENOENT), -int(syscall.EFAULT)}, got[2], "an untouched page is not there")
 		})
 	}
 }

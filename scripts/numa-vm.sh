@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# numa-vm.sh — run the NUMA-relevant tests on a multi-node kernel, without
+# multi-node hardware: Debian's cloud kernel booted under qemu-system-x86_64
+# (TCG, no KVM needed) with four NUMA nodes:
+#   node 0, node 1  two CPUs and 1 GiB each (distance 21 between them)
+#   node 2          memory only, HMAT of high-bandwidth memory (400 GB/s from
+#                   node 0), nearest to node 0
+#   node 3          memory only, HMAT of a CXL expander (20 GB/s, 300 ns from
+#                   node 1) behind a 64 MiB memory-side cache, nearest to node 1
+# and a PCIe device (virtio-rng behind its own host bridge) on node 1.
+# The guest is a busybox initramfs with ld-linux and libc (purego binaries
+# link them) and CGO_ENABLED=0 -trimpath test binaries of the packages that
+# place memory; each runs as `go test` would, in its package folder with its
+# testdata. Prints a line per package and one summary line
+#   numa-vm: N passed, N failed, N skipped
+# (top-level tests), and exits non-zero when any test or package fails, the
+# guest does not finish, or it cannot be built. Skips (exit 0) with one line
+# only where qemu or the kernel cannot be had.
+#
+# Usage: scripts/numa-vm.sh [-v] [PKG...]   (default: the packages below)
+# Environment:
+#   NUMA_VM_CACHE    downloads (kernel and busybox .debs, unpacked), default
+#                    ${XDG_CACHE_HOME:-$HOME/.cache}/ompalloc/numa-vm: outside
+#                    the work tree, so CI's fresh clones reuse them
+#   NUMA_VM_TIMEOUT  seconds the guest may run (default 420)
+#   NUMA_VM_RUN      -test.run pattern for every package (default: all)
+#   NUMA_VM_KERNEL   a bzImage to boot instead of Debian's package
+#   NUMA_VM_APPEND   extra kernel arguments
+#   NUMA_VM_TOPOLOGY hmat (default, above) or tiers (no HMAT; node 3 memory
+#                    from memmap= onlined through dax/kmem, which the kernel
+#                    puts in a slower memory tier: the tier path of
+#                    internal/numa's classification)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+VERBOSE=0
+if [[ ${1:-} == -v ]]; then VERBOSE=1; shift; fi
+PKGS=("$@")
+((${#PKGS[@]})) || PKGS=(internal/numa memspace alloc kmp cmd/ompalloc)
+CACHE=${NUMA_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ompalloc/numa-vm}
+TIMEOUT=${NUMA_VM_TIMEOUT:-420}
+TOPO=${NUMA_VM_TOPOLOGY:-hmat}
+
+say() { echo "numa-vm: $*" >&2; }
+skip() { echo "numa-vm: skipped: $*"; exit 0; }
+die() { echo "numa-vm: error: $*"; exit 1; }
+
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)"
+[[ $(uname -m) == x86_64 ]] || skip "the guest's binaries are linux/amd64 and this machine is $(uname -m)"
+command -v go >/dev/null || die "the go tool is not on PATH"
+command -v dpkg >/dev/null || die "dpkg is not installed"
+
+# fetch PKG: unpack Debian's PKG (its newest version) into $CACHE/PKG once;
+# the .deb stays in $CACHE/debs. Prints the folder.
+fetch() {
+	local pkg=$1 x=$CACHE/$1 deb
+	if [[ -e $x/.done ]]; then echo "$x"; return; fi
+	mkdir -p "$CACHE/debs"
+	deb=$(ls "$CACHE"/debs/"${pkg}"_*.deb 2>/dev/null | tail -n1 || true)
+	if [[ -z $deb ]]; then
+		command -v apt-get >/dev/null || return 1
+		(cd "$CACHE/debs" && apt-get download -q "$pkg" >/dev/null 2>&1) ||
+			{ [[ $(id -u) == 0 ]] && apt-get update -qq >/dev/null 2>&1 &&
+				(cd "$CACHE/debs" && apt-get download -q "$pkg" >/dev/null 2>&1); } || return 1
+		deb=$(ls "$CACHE"/debs/"${pkg}"_*.deb | tail -n1)
+	fi
+	rm -rf "$x" && mkdir -p "$x" && dpkg -x "$deb" "$x" && touch "$x/.done" && echo "$x"
+}
+
+kernel=${NUMA_VM_KERNEL:-}
+if [[ -z $kernel ]]; then
+	# linux-image-cloud-amd64 is a metapackage: its dependency names the image.
+	image=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1 || true)
+	if [[ -z $image ]] && [[ $(id -u) == 0 ]]; then
+		apt-get update -qq >/dev/null 2>&1 || true
+		image=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1 || true)
+	fi
+	[[ -n $image ]] || image=$(cd "$CACHE" 2>/dev/null && ls -d linux-image-[0-9]* 2>/dev/null | tail -n1 || true)
+	[[ -n $image ]] || skip "no kernel: Debian's linux-image-cloud-amd64 is not known to apt here"
+	kx=$(fetch "$image") || skip "no kernel: cannot download Debian's $image"
+	kernel=$(ls "$kx"/boot/vmlinuz-* | head -n1)
+fi
+[[ -r $kernel ]] || skip "no kernel at $kernel"
+kver=$(basename "$kernel" | sed 's/^vmlinuz-//')
+
+# Debian's static busybox, unpacked (it also writes the initramfs: cpio).
+bx=$(fetch busybox-static) || die "cannot download Debian's busybox-static"
+busybox=$bx/bin/busybox
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/numa-vm.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+rootfs=$work/root
+mkdir -p "$rootfs"/{bin,dev,proc,sys,tmp,src,lib64,lib/x86_64-linux-gnu}
+cp "$busybox" "$rootfs/bin/busybox"
+
+# The test binaries (and the CLI, which cmd/ompalloc's tests run), built
+# cgo-free and without paths, with each package's testdata.
+start=$SECONDS
+export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
+for p in "${PKGS[@]}"; do
+	mkdir -p "$rootfs/src/$p"
+	go test -c -trimpath -o "$rootfs/src/$p/pkg.test" "./$p" || die "building the tests of $p failed"
+	[[ -e $rootfs/src/$p/pkg.test ]] && echo "$p" >>"$rootfs/src/pkgs" # none: no test files
+done
+# Every testdata folder where the repository has it (tests read their
+# neighbours' fixtures, as memspace reads internal/numa's).
+git ls-files -z '*testdata/*' | xargs -0 -I{} cp --parents {} "$rootfs/src/"
+go build -trimpath -o "$rootfs/bin/ompalloc" ./cmd/ompalloc || die "building cmd/ompalloc failed"
+# The C library the binaries link dynamically (purego's fakecgo).
+for lib in $(ldd "$rootfs/bin/ompalloc" | grep -o '/[^ ]*'); do
+	cp -L "$lib" "$rootfs/$lib"
+done
+build_s=$((SECONDS - start))
+
+cat >"$rootfs/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin HOME=/tmp TMPDIR=/tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+ulimit -l unlimited
+say() { echo "NUMAVM $*"; }
+# tiers: bring node 3's memmap= memory online through dax/kmem first.
+if grep -q 'numavm=tiers' /proc/cmdline; then
+	for m in nd_e820 nd_pmem dax_pmem device_dax kmem; do modprobe $m 2>/dev/null; done
+	say "tiers: $(ls /sys/bus/dax/devices 2>/dev/null | tr '\n' ' ')"
+fi
+# What the kernel says, for the log: nodes, tiers, HMAT, the PCI device.
+for n in /sys/devices/system/node/node[0-9]*; do
+	a=$n/access0/initiators
+	say "$(basename $n): cpus=$(cat $n/cpulist) mem=$(awk '/MemTotal/ {print $4$5}' $n/meminfo) dist=$(cat $n/distance | tr ' ' ,) bw=$(cat $a/read_bandwidth 2>/dev/null) lat=$(cat $a/read_latency 2>/dev/null) init=$(ls $a 2>/dev/null | grep node | tr '\n' ,)"
+done
+for t in /sys/devices/virtual/memory_tiering/memory_tier*; do [ -e $t/nodelist ] && say "$(basename $t): $(cat $t/nodelist)"; done
+for d in /sys/bus/pci/devices/*; do
+	[ "$(cat $d/vendor):$(cat $d/device)" = 0x1af4:0x1044 ] && say "pci $(basename $d) numa_node=$(cat $d/numa_node)"
+done
+# Huge pages on every node, after compacting (so each node has them).
+echo 3 >/proc/sys/vm/drop_caches; echo 1 >/proc/sys/vm/compact_memory
+for h in /sys/devices/system/node/node[01]/hugepages/hugepages-2048kB/nr_hugepages; do echo 16 >$h; done
+say "hugepages: $(cat /sys/devices/system/node/node[0-9]*/hugepages/hugepages-2048kB/nr_hugepages | tr '\n' ' ')"
+run=$(sed -n 's/.*numavm.run=\([^ ]*\).*/\1/p' /proc/cmdline)
+verbose=$(grep -c 'numavm.v' /proc/cmdline)
+for p in $(cat /src/pkgs); do
+	cd /src/$p
+	s=$(date +%s)
+	OMPALLOC_TEST_CLI=/bin/ompalloc ./pkg.test -test.v -test.short -test.count=1 -test.timeout=300s ${run:+-test.run=$run} >/tmp/out 2>&1
+	rc=$?
+	pass=$(grep -c '^--- PASS' /tmp/out); fail=$(grep -c '^--- FAIL' /tmp/out); skip=$(grep -c '^--- SKIP' /tmp/out)
+	say "pkg $p rc=$rc passed=$pass failed=$fail skipped=$skip secs=$(($(date +%s) - s))"
+	if [ $rc != 0 ] || [ $verbose != 0 ]; then
+		grep -v '^=== \(RUN\|PAUSE\|CONT\|NAME\)\|^ *--- \(PASS\|SKIP\)\|^PASS$' /tmp/out | sed 's/^/  | /' | tail -n 400
+	fi
+done
+say "done"
+poweroff -f
+INIT
+chmod +x "$rootfs/init"
+(cd "$rootfs" && find . | "$busybox" cpio -o -H newc 2>/dev/null) >"$work/initrd"
+
+# The machine. HMAT needs a latency and a bandwidth for every
+# initiator/target pair.
+mem=(-object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G
+	-object memory-backend-ram,id=m2,size=1G)
+numa=(-numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3,memdev=m1
+	-numa node,nodeid=2,memdev=m2,initiator=0)
+append="console=ttyS0 panic=-1 mitigations=off numa_balancing=disable quiet rdinit=/init"
+if [[ $TOPO == tiers ]]; then
+	# Node 3 has no memory of its own at boot: 512 MiB of node 1's range
+	# is taken by memmap=!, becomes a pmem region, then dax/kmem memory on
+	# a node of its own (the kernel's "dax" tier, below DRAM).
+	mem+=(-object memory-backend-ram,id=m3,size=1G)
+	numa+=(-numa node,nodeid=3,memdev=m3,initiator=1)
+	append+=" numavm=tiers"
+	machine=q35
+else
+	mem+=(-object memory-backend-ram,id=m3,size=1G)
+	numa+=(-numa node,nodeid=3,memdev=m3,initiator=1)
+	machine=q35,hmat=on
+	#          target: 0        1        2 (HBM)   3 (CXL)
+	lat0=(80 140 90 250) bw0=(100G 50G 400G 30G)
+	lat1=(140 80 150 300) bw1=(50G 100G 200G 20G)
+	for tgt in 0 1 2 3; do
+		numa+=(-numa "hmat-lb,initiator=0,target=$tgt,hierarchy=memory,data-type=access-latency,latency=${lat0[$tgt]}"
+			-numa "hmat-lb,initiator=0,target=$tgt,hierarchy=memory,data-type=access-bandwidth,bandwidth=${bw0[$tgt]}"
+			-numa "hmat-lb,initiator=1,target=$tgt,hierarchy=memory,data-type=access-latency,latency=${lat1[$tgt]}"
+			-numa "hmat-lb,initiator=1,target=$tgt,hierarchy=memory,data-type=access-bandwidth,bandwidth=${bw1[$tgt]}")
+	done
+	numa+=(-numa hmat-cache,node-id=3,size=64M,level=1,associativity=direct,policy=write-back,line=64)
+fi
+dist() { numa+=(-numa "dist,src=$1,dst=$2,val=$3"); }
+dist 0 1 21; dist 0 2 14; dist 0 3 24; dist 1 2 24; dist 1 3 14; dist 2 3 28
+[[ -n ${NUMA_VM_RUN:-} ]] && append+=" numavm.run=$NUMA_VM_RUN"
+((VERBOSE)) && append+=" numavm.v"
+append+=" ${NUMA_VM_APPEND:-}"
+
+log=$work/console.log
+say "kernel $kver ($TOPO topology), ${#PKGS[@]} packages; built in ${build_s}s, initramfs $(($(stat -c %s "$work/initrd") >> 20)) MiB"
+start=$SECONDS
+rc=0
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -machine "$machine" -cpu max \
+	-smp 4,sockets=2,cores=2 -m 4G "${mem[@]}" "${numa[@]}" \
+	-device pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0 \
+	-device pcie-root-port,id=rp1,bus=pxb1,chassis=1,slot=1 -device virtio-rng-pci,bus=rp1 \
+	-kernel "$kernel" -initrd "$work/initrd" -append "$append" \
+	-display none -serial file:"$log" -monitor none -no-reboot -net none </dev/null || rc=$?
+secs=$((SECONDS - start))
+[[ -n ${NUMA_VM_LOG:-} ]] && cp "$log" "$NUMA_VM_LOG"
+
+tr -d '\r' <"$log" | sed -n 's/^NUMAVM //p' | grep -v '^pkg \|^done' | sed 's/^/numa-vm: guest: /'
+tr -d '\r' <"$log" | grep '^  | ' || true
+passed=0 failed=0 skipped=0 bad=0
+while read -r _ _ p r ps fl sk sc; do
+	r=${r#rc=} ps=${ps#passed=} fl=${fl#failed=} sk=${sk#skipped=}
+	echo "numa-vm: $p: rc=$r, $ps passed, $fl failed, $sk skipped, ${sc#secs=} s"
+	passed=$((passed + ps)) failed=$((failed + fl)) skipped=$((skipped + sk))
+	[[ $r == 0 ]] || bad=$((bad + 1))
+done < <(tr -d '\r' <"$log" | grep '^NUMAVM pkg ')
+ran=$(tr -d '\r' <"$log" | grep -c '^NUMAVM pkg ' || true)
+if ! tr -d '\r' <"$log" | grep -q '^NUMAVM done'; then
+	tail -n 40 "$log" | sed 's/^/numa-vm: console: /'
+	echo "numa-vm: the guest did not finish (qemu rc=$rc after ${secs}s; timeout ${TIMEOUT}s)"
+	bad=$((bad + 1))
+fi
+[[ $ran == $(wc -l <"$rootfs/src/pkgs") ]] || bad=$((bad + 1))
+echo "numa-vm: kernel $kver, $TOPO topology, 4 nodes, $ran packages, guest ${secs}s"
+echo "numa-vm: $passed passed, $failed failed, $skipped skipped"
+((bad == 0 && failed == 0))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -73,7 +74,11 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 			// nothing in flight to count.
 			q, _, err := a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t)
 			if err != nil {
-				return a.fallbackCounted(size, align, zero, fmt.Errorf("%v: %w", a, err), false)
+				p, err := a.fallbackCounted(size, align, zero, fmt.Errorf("%v: %w", a, err), false)
+				return a.sampled(size, p, err)
+			}
+			if memsample.On() && memsample.Tick(size) { // the heap profile (memprof): one load when off
+				a.record(q, size)
 			}
 			return cmem.Ptr(q), nil
 		}
@@ -82,13 +87,41 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		// their protocol plain stores).
 		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
 		if ok {
+			if memsample.On() && memsample.Tick(size) {
+				a.record(q, size)
+			}
 			return cmem.Ptr(q), nil
 		}
 		if refused {
 			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
 		}
 	}
-	return a.allocGeneral(size, align, zero)
+	p, err := a.allocGeneral(size, align, zero)
+	return a.sampled(size, p, err)
+}
+
+// sampled passes on an allocation's result, sampling the block for the heap
+// profile when profiling is on.
+func (a *Allocator) sampled(size uintptr, p unsafe.Pointer, err error) (unsafe.Pointer, error) {
+	if p != nil && memsample.On() && memsample.Tick(size) {
+		a.record(uintptr(p), size)
+	}
+	return p, err
+}
+
+// record keeps the block at p, sampled for the heap profile, with its
+// stack. The labels are its owner's, which is not a when a fallback served
+// it.
+func (a *Allocator) record(p, size uintptr) {
+	o := a
+	if b, err := heap.Inspect(p); err == nil {
+		if x := owner(b.Owner); x != nil {
+			o = x
+		}
+	} else if x, err := Owner(cmem.Ptr(p)); err == nil && x != nil {
+		o = x
+	}
+	memsample.Record(p, size, memsample.Labels{Allocator: o.String(), Memspace: o.ms.String(), Pinned: o.traits.Pinned}, 1)
 }
 
 // allocGeneral is alloc for every other case: size 0, a quota, a pinned
@@ -264,6 +297,9 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 		// Before the block is freed: once it is, another goroutine may get
 		// the same address and record its own stack.
 		leakForget(p)
+	}
+	if memsample.Tracking() { // sampled blocks live: one load otherwise
+		memsample.Forget(uintptr(p))
 	}
 	b, err := heap.Free(uintptr(p))
 	if err != nil {

@@ -132,6 +132,14 @@ func (s *pinSource) AcquireChunk(n, align, need uintptr) (p, usable uintptr, err
 
 // acquire maps n bytes and locks the first lockN of them.
 func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
+	p, err := s.lockChunk(n, align, lockN)
+	if err != nil {
+		s.counts.failures.Add(1)
+	}
+	return p, err
+}
+
+func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 	if err := pinLimit.reserve(lockN); err != nil {
 		return 0, err
 	}

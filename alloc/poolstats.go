@@ -57,6 +57,10 @@ type PoolStats struct {
 	// node because the caller's node's heap could get no memory (the sum
 	// of Nodes' FarAllocs).
 	FarAllocs int64
+	// Failures counts the chunks and huge regions the pool could not get
+	// (the pinned-bytes limit, a mapping or a lock refused): the sum of
+	// Nodes' Failures.
+	Failures int64
 }
 
 // NodePoolStats is the part of a pinned pool whose chunks prefer one node.
@@ -74,11 +78,13 @@ type NodePoolStats struct {
 	Unlocks    int64
 	LockTime   time.Duration
 	FarAllocs  int64 // allocations this heap served to callers of other nodes
+	Failures   int64 // chunks and huge regions the heap could not get (limit, mapping or lock refused)
 }
 
 // poolCounts are a pool's lock calls (in its pinSource).
 type poolCounts struct {
 	locks, unlocks, nanos atomic.Int64
+	failures              atomic.Int64 // chunks or regions that could not be had (limit, map, lock)
 }
 
 // PinnedPools returns the pinned pools that exist, one per device that has
@@ -142,6 +148,7 @@ func poolStatsLocked(pp *pinnedPool) PoolStats {
 			Unlocks:    src.counts.unlocks.Load(),
 			LockTime:   time.Duration(src.counts.nanos.Load()),
 			FarAllocs:  pp.far[i].Load(),
+			Failures:   src.counts.failures.Load(),
 		}
 		st.Locked += n.Locked
 		st.Idle += n.Idle
@@ -155,6 +162,7 @@ func poolStatsLocked(pp *pinnedPool) PoolStats {
 		st.Unlocks += n.Unlocks
 		st.LockTime += n.LockTime
 		st.FarAllocs += n.FarAllocs
+		st.Failures += n.Failures
 		st.Nodes = append(st.Nodes, n)
 	}
 	return st

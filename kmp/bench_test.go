@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/memsample"
 )
 
 // The benchmarks here have twins in bench/alloc/libomp_bench.c with the
@@ -82,4 +84,17 @@ func BenchmarkPinnedAllocFree(b *testing.B) {
 			Free(p, pinned)
 		}
 	})
+}
+
+// BenchmarkAllocFreeSampled is AllocFree/default-64 with the heap profile
+// (package memprof) sampling at Go's default rate, one sample per 512 KiB
+// on average: its cost over AllocFree/default-64 is what profiling costs
+// (README, Performance).
+func BenchmarkAllocFreeSampled(b *testing.B) {
+	old := memsample.Rate()
+	memsample.SetRate(512 << 10)
+	defer memsample.SetRate(old)
+	for i := 0; i < b.N; i++ {
+		Free(Alloc(64, DefaultMemAlloc), DefaultMemAlloc)
+	}
 }

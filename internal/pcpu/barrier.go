@@ -12,4 +12,14 @@ var HasBarrier = !RaceEnabled && initBarrier()
 // store-then-load handshake (Dekker's) asymmetric: the frequent side writes
 // and reads with plain instructions, and the rare side pays a few
 // microseconds here instead. Call only when HasBarrier is true.
+//
+// It never fails: where the kernel refuses membarrier after start (a
+// seccomp filter installed later), it falls back to waiting for a
+// stop-the-world, which orders the same stores at the cost of a garbage
+// collection per call (BarrierRefused then says why).
 func Barrier() { barrier() }
+
+// BarrierRefused returns the error with which the kernel refused
+// membarrier after it was registered (Barrier stops the world since), or
+// nil.
+func BarrierRefused() error { return barrierRefused() }

@@ -18,12 +18,18 @@ func TestBarrierOrdersPlainStores(t *testing.T) {
 	if !HasBarrier {
 		t.Skip("no membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) here (or a race build)")
 	}
-	if runtime.GOMAXPROCS(0) < 2 {
-		t.Skip("needs two Ps to race")
-	}
 	rounds := int64(50000)
 	if testing.Short() {
 		rounds = 5000
+	}
+	storeBuffering(t, rounds)
+}
+
+// storeBuffering is the litmus test of TestBarrierOrdersPlainStores, for
+// rounds rounds.
+func storeBuffering(t *testing.T, rounds int64) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two Ps to race")
 	}
 	var (
 		x, y     [16]int64 // x[8] and y[8] on lines of their own

@@ -296,8 +296,9 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 // one pinned section: Enter's mark, the check of closed, the pop of a
 // cached slot (or, for a medium block, of a cached span), the count and
 // Exit's unmark, where AllocCounted between Enter and Exit pins three
-// times. Only with pcpu.HasBarrier, whose protocol it follows (plain stores
-// on the P's shard; the closer's InFlight runs the barrier). ok false (no
+// times. Only with pcpu.HasBarrier, whose protocol it follows (atomic
+// stores on the P's shard, see Enter; the closer's InFlight runs the
+// barrier for the counts of frees). ok false (no
 // barrier, a huge block, nothing cached for the size, a P without a cache
 // or shard yet) means nothing was done: the caller takes the general path
 // between Enter and Exit. refused: closed was set.
@@ -325,7 +326,7 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 	pid := pcpu.Pin()
 	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
 		sh := ts[pid]
-		sh.inflight++ // Enter's mark: the load of closed below must not pass it (see Enter)
+		addMark(&sh.inflight, 1) // Enter's mark: the load of closed below must not pass it (see Enter)
 		if closed.Load() {
 			refused = true
 		} else {
@@ -339,7 +340,7 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 			}
 			pc.guard.Unlock()
 		}
-		sh.inflight-- // Exit's
+		addMark(&sh.inflight, -1) // Exit's: after the count above
 	}
 	pcpu.Unpin()
 	if slot == 0 {
@@ -366,7 +367,7 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 	pid := pcpu.Pin()
 	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
 		sh := ts[pid]
-		sh.inflight++ // as in AllocGuarded
+		addMark(&sh.inflight, 1) // as in AllocGuarded
 		if closed.Load() {
 			refused = true
 		} else {
@@ -377,7 +378,7 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 			}
 			pc.guard.Unlock()
 		}
-		sh.inflight--
+		addMark(&sh.inflight, -1)
 	}
 	pcpu.Unpin()
 	if s == nil {

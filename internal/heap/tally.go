@@ -46,8 +46,7 @@ type tallyShard struct {
 	// inflight counts operations begun on this P (Enter) less those ended
 	// on it (Exit); only the sum over Ps means anything. Enter and InFlight
 	// form a store-then-load handshake with the owner's closed flag (see
-	// Enter): with pcpu.HasBarrier the P writes it with plain instructions
-	// and the reader issues the barrier; without, every access is atomic.
+	// Enter); every access to it is atomic.
 	inflight int64
 	_        [128 - 7*8 - unsafe.Sizeof(pcpu.Guard{})]byte
 }
@@ -177,20 +176,20 @@ func (t *Tally) Fallback() {
 // zero. Enter's increment must be visible to the closer's loads of the
 // shards, or Enter's load of closed must see the closer's store: Dekker's
 // handshake, which needs a full barrier between each side's store and its
-// load. Without pcpu.HasBarrier both sides use sequentially consistent
-// atomics (a locked add here, two per operation). With it, Enter and Exit
-// use plain instructions on their own P's shard, and InFlight runs
-// pcpu.Barrier (membarrier) before its loads, which puts a barrier into
-// every thread, between its earlier stores and its later loads, at some
-// moment after the store of closed: an Enter that read closed unset did so
-// before that moment, so its increment, stored earlier, is visible to the
-// loads after it. (The compiler keeps a plain store before an atomic load:
-// atomic loads are ordered memory operations in Go.) An Enter that saw
-// closed set undoes its increment on the same shard, so the closer sees
-// both, neither or only the increment (a positive sum: it waits again).
-// Each shard's value is thus at least the successful Enters counted there
-// less the Exits done there, and the sum over shards is zero only once
-// every successful Enter has had its Exit, wherever each ran.
+// load. Every access in it is a sync/atomic operation (addMark: an atomic
+// store to the P's own shard; atomic adds without pcpu.HasBarrier), and Go's
+// memory model makes all atomic operations sequentially consistent: in their
+// one total order either the mark precedes the closer's load of the shard
+// (which sees it), or the closer's store of closed precedes Enter's load
+// (which sees it). No plain store and no machine's store order is relied
+// on, so it holds on arm64 and against any compiler reordering alike. An
+// Enter that saw closed set undoes its increment on the same shard, so the
+// closer sees both, neither or only the increment (a positive sum: it waits
+// again). Each shard's value is thus at least the successful Enters counted
+// there less the Exits done there, and the sum over shards is zero only
+// once every successful Enter has had its Exit, wherever each ran. The
+// unmark, an atomic store after the operation's counts, also makes those
+// counts visible to the closer that loads it.
 func (t *Tally) Enter(closed *atomic.Bool) bool {
 	for {
 		pid := pcpu.Pin()
@@ -198,9 +197,9 @@ func (t *Tally) Enter(closed *atomic.Bool) bool {
 			sh := s[pid]
 			var ok bool
 			if pcpu.HasBarrier {
-				sh.inflight++
+				addMark(&sh.inflight, 1)
 				if ok = !closed.Load(); !ok {
-					sh.inflight--
+					addMark(&sh.inflight, -1)
 				}
 			} else {
 				atomic.AddInt64(&sh.inflight, 1)
@@ -224,7 +223,7 @@ func (t *Tally) Exit() {
 			// This P's own shard, even when GOMAXPROCS grew since Enter: a
 			// plain decrement of another P's shard could undo its writes.
 			if pcpu.HasBarrier {
-				s[pid].inflight--
+				addMark(&s[pid].inflight, -1)
 			} else {
 				atomic.AddInt64(&s[pid].inflight, -1)
 			}
@@ -238,8 +237,12 @@ func (t *Tally) Exit() {
 
 // InFlight returns the operations begun with Enter and not yet ended,
 // summed over every P. Called after closed is set, a zero is final (see
-// Enter); it costs a process-wide barrier (a few microseconds) where
-// pcpu.HasBarrier, so it is for the rare closing side only.
+// Enter). Where pcpu.HasBarrier it first runs a process-wide barrier (a few
+// microseconds; a collection where a sandbox refuses membarrier): the
+// counts of frees, stored plainly on each P with no mark, are then visible
+// to the caller's later reads (Destroy's live count), and a free that read
+// the owner's closed flag unset did so before the barrier. It is for the
+// rare closing side only.
 func (t *Tally) InFlight() (n int64) {
 	if pcpu.HasBarrier {
 		pcpu.Barrier()

@@ -83,8 +83,8 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 			return cmem.Ptr(q), nil
 		}
 		// A runtime allocator's cached block: Enter, the destroyed check,
-		// the pop and Exit in one pinned section (where membarrier gives
-		// their protocol plain stores).
+		// the pop and Exit in one pinned section (where membarrier is
+		// registered; see heap.Tally.Enter).
 		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
 		if ok {
 			if memsample.On() && memsample.Tick(size) {

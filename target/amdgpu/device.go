@@ -14,8 +14,9 @@ import (
 )
 
 // device is one GPU agent. Driver calls that change what it tracks run
-// under mu; none is on a hot path (the generic layer's registry answers
-// repeated locks, and a copy costs microseconds anyway).
+// under mu, except the runtime's lock and unlock (the lock table's, which
+// may wait for the GPU); none is on a hot path (the generic layer's
+// registry answers repeated locks, and a copy costs microseconds anyway).
 //
 // Lock order: a queue's mu before the device's mu, never the reverse.
 type device struct {
@@ -159,15 +160,23 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 		return 0, d.errorf(ErrInvalid, "lock %#x+%d", p, n)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
 		return 0, d.errorf(ErrClosed, "lock")
 	}
+	// Without d.mu: the runtime's lock may take long (see lockTable).
 	dev, base, err := d.tab.acquire(d.fn, d.gpus, p, n)
 	if err != nil {
 		return 0, d.errorf(err, "lock %#x+%d", p, n)
 	}
+	d.mu.Lock()
+	if d.closed { // closed meanwhile: Close did not see this lock
+		d.mu.Unlock()
+		return 0, errors.Join(d.errorf(ErrClosed, "lock"), d.tab.release(d.fn, base))
+	}
 	d.locks[p] = append(d.locks[p], base)
+	d.mu.Unlock()
 	return dev, nil
 }
 
@@ -178,20 +187,27 @@ func (d *device) lockLocked(p, n uintptr) (uintptr, error) {
 }
 
 // UnlockHost releases the most recent LockHost at p.
+// The lock is taken off d's books first and the runtime's unlock made
+// without d.mu; a failed one is put back, to be retried.
 func (d *device) UnlockHost(p uintptr) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	bases := d.locks[p]
 	if len(bases) == 0 {
+		d.mu.Unlock()
 		return d.errorf(ErrNotLocked, "unlock %#x", p)
 	}
-	if err := d.tab.release(d.fn, bases[len(bases)-1]); err != nil {
-		return d.errorf(err, "unlock %#x", p)
-	}
+	base := bases[len(bases)-1]
 	if len(bases) == 1 {
 		delete(d.locks, p)
 	} else {
 		d.locks[p] = bases[:len(bases)-1]
+	}
+	d.mu.Unlock()
+	if err := d.tab.release(d.fn, base); err != nil {
+		d.mu.Lock()
+		d.locks[p] = append(d.locks[p], base)
+		d.mu.Unlock()
+		return d.errorf(err, "unlock %#x", p)
 	}
 	return nil
 }
@@ -433,20 +449,21 @@ func (d *device) Close() error {
 		errs = append(errs, q.Destroy())
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for p, kind := range d.allocs {
 		if err := d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p); err != nil {
 			errs = append(errs, d.errorf(err, "free of %s memory at %#x", kind, p))
 		}
 		delete(d.allocs, p)
 	}
-	for p, bases := range d.locks {
+	locks := d.locks
+	d.locks = map[uintptr][]uintptr{}
+	d.mu.Unlock()
+	for p, bases := range locks {
 		for _, b := range bases {
 			if err := d.tab.release(d.fn, b); err != nil {
 				errs = append(errs, d.errorf(err, "unlock %#x", p))
 			}
 		}
-		delete(d.locks, p)
 	}
 	return errors.Join(errs...)
 }

@@ -22,9 +22,63 @@ import (
 // so one lock serves all devices: a LockHost inside a range another device
 // locked, and a copy from it, only add a reference. The last reference
 // unlocks. Entries never overlap.
+//
+// The table's mutex covers the books, never hsa_amd_memory_lock or
+// hsa_amd_memory_unlock (which waits for the GPU's work on the range): a
+// range being locked or unlocked is in flight, and a lock, a copy or a
+// query overlapping it waits for it to land and looks again, while those of
+// other ranges go on.
 type lockTable struct {
-	mu   sync.Mutex
-	ents []*lockEnt // sorted by host
+	mu       sync.Mutex
+	ents     []*lockEnt // sorted by host
+	inflight []*flight
+}
+
+// flight is a range being locked or unlocked outside the table's mutex.
+type flight struct {
+	host, size uintptr
+	done       chan struct{}
+}
+
+// flyLocked marks [p, p+n) in flight. t.mu held.
+func (t *lockTable) flyLocked(p, n uintptr) *flight {
+	f := &flight{host: p, size: n, done: make(chan struct{})}
+	t.inflight = append(t.inflight, f)
+	return f
+}
+
+// landLocked ends flight f and wakes who waits for it. t.mu held.
+func (t *lockTable) landLocked(f *flight) {
+	for i, g := range t.inflight {
+		if g == f {
+			t.inflight = append(t.inflight[:i], t.inflight[i+1:]...)
+			break
+		}
+	}
+	close(f.done)
+}
+
+// overlapLocked returns a flight overlapping [p, p+n), or nil. t.mu held.
+func (t *lockTable) overlapLocked(p, n uintptr) *flight {
+	for _, f := range t.inflight {
+		if p < f.host+f.size && f.host < p+n {
+			return f
+		}
+	}
+	return nil
+}
+
+// lockWaiting takes t.mu once no flight overlaps [p, p+n).
+func (t *lockTable) lockWaiting(p, n uintptr) {
+	for {
+		t.mu.Lock()
+		f := t.overlapLocked(p, n)
+		if f == nil {
+			return
+		}
+		t.mu.Unlock()
+		<-f.done
+	}
 }
 
 type lockEnt struct {
@@ -49,20 +103,23 @@ func (t *lockTable) containingLocked(p uintptr) *lockEnt {
 }
 
 // contains reports whether p lies in a range the plugin locked.
+// A range in flight is waited for: until it lands, the runtime's answer
+// about it is about a lock of ours not yet recorded, or on its way out.
 func (t *lockTable) contains(p uintptr) bool {
-	t.mu.Lock()
+	t.lockWaiting(p, 1)
 	defer t.mu.Unlock()
 	return t.containingLocked(p) != nil
 }
 
 // acquire returns the agent pointer of host range [p, p+n) and the start of
 // the entry that now holds a reference for the caller. A range inside an
-// entry adds a reference; a range overlapping none is locked for agents.
+// entry adds a reference; a range overlapping none is locked for agents,
+// outside the mutex.
 func (t *lockTable) acquire(fn *syms, agents []uint64, p, n uintptr) (agent, base uintptr, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lockWaiting(p, n)
 	i := t.findLocked(p)
 	if i < len(t.ents) && t.ents[i].host <= p {
+		defer t.mu.Unlock()
 		e := t.ents[i]
 		if n > e.end()-p {
 			return 0, 0, fmt.Errorf("%w: [%#x, +%d) runs past the end of the locked range [%#x, +%d)", ErrOverlap, p, n, e.host, e.size)
@@ -71,41 +128,61 @@ func (t *lockTable) acquire(fn *syms, agents []uint64, p, n uintptr) (agent, bas
 		return e.agent + (p - e.host), e.host, nil
 	}
 	if i < len(t.ents) && t.ents[i].host < p+n {
+		defer t.mu.Unlock()
 		e := t.ents[i]
 		return 0, 0, fmt.Errorf("%w: [%#x, +%d) overlaps the locked range [%#x, +%d)", ErrOverlap, p, n, e.host, e.size)
 	}
+	f := t.flyLocked(p, n)
+	t.mu.Unlock()
 	dev, err := fn.lockFor(agents, p, n)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.landLocked(f)
 	if err != nil {
 		return 0, 0, err
 	}
-	t.ents = append(t.ents, nil)
-	copy(t.ents[i+1:], t.ents[i:])
-	t.ents[i] = &lockEnt{host: p, size: n, agent: dev, refs: 1}
+	t.insertLocked(&lockEnt{host: p, size: n, agent: dev, refs: 1})
 	return dev, p, nil
 }
 
+// insertLocked adds e, which overlaps no entry. t.mu held.
+func (t *lockTable) insertLocked(e *lockEnt) {
+	i := t.findLocked(e.host)
+	t.ents = append(t.ents, nil)
+	copy(t.ents[i+1:], t.ents[i:])
+	t.ents[i] = e
+}
+
 // release drops a reference acquire gave on the entry starting at base; the
-// last one unlocks. A failed unlock keeps the entry and its reference and
-// says pinned.ErrStillLocked, so the caller (the registry, the pinned heap)
-// keeps its own record and may retry. That is what ROCr makes true:
-// MemoryRegion::Unlock ignores what unmapping and deregistering find and
-// returns HSA_STATUS_SUCCESS, so a failure comes from before it changed
-// anything (HSA_STATUS_ERROR_NOT_INITIALIZED, an exception turned into a
-// status), and an unlock of memory no longer locked succeeds: a retry is
-// always safe. Its success also says nothing about a lock made outside the
-// plugin: nothing here relies on unlock failing for memory not locked.
+// last one unlocks, outside the mutex. A failed unlock keeps the entry and
+// its reference and says pinned.ErrStillLocked, so the caller (the
+// registry, the pinned heap) keeps its own record and may retry. That is
+// what ROCr makes true: MemoryRegion::Unlock ignores what unmapping and
+// deregistering find and returns HSA_STATUS_SUCCESS, so a failure comes
+// from before it changed anything (HSA_STATUS_ERROR_NOT_INITIALIZED, an
+// exception turned into a status), and an unlock of memory no longer locked
+// succeeds: a retry is always safe. Its success also says nothing about a
+// lock made outside the plugin: nothing here relies on unlock failing for
+// memory not locked.
 func (t *lockTable) release(fn *syms, base uintptr) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.lockWaiting(base, 1)
 	e := t.containingLocked(base)
 	if e == nil || e.host != base {
+		t.mu.Unlock()
 		return fmt.Errorf("%w: no lock at %#x", ErrNotLocked, base)
 	}
 	if e.refs > 1 {
 		e.refs--
+		t.mu.Unlock()
 		return nil
 	}
-	if err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base); err != nil {
+	f := t.flyLocked(e.host, e.size)
+	t.mu.Unlock()
+	err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.landLocked(f)
+	if err != nil {
 		return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
 	}
 	i := t.findLocked(base)
@@ -121,17 +198,18 @@ type piece struct {
 // pieces splits host range [p, p+n) at the plugin's locked ranges: inside
 // one, the agent pointer from lock time (the copy takes a reference, in
 // refs, so that the lock outlives it); elsewhere, what gap answers for the
-// part [q, end) up to the next locked range.
+// part [q, end) up to the next locked range. A gap that must be locked for
+// the transfer is locked outside the mutex, in flight meanwhile.
 func (t *lockTable) pieces(fn *syms, agents []uint64, p, n uintptr, gap func(q, end uintptr) (piece, bool, error)) (ps []piece, refs []uintptr, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	end := p + n
 	for q := p; q < end; {
+		t.lockWaiting(q, end-q)
 		i := t.findLocked(q)
 		if i < len(t.ents) && t.ents[i].host <= q {
 			e := t.ents[i]
 			k := min(end, e.end()) - q
 			e.refs++
+			t.mu.Unlock()
 			refs = append(refs, e.host)
 			ps = append(ps, piece{off: q - p, n: k, addr: e.agent + (q - e.host)})
 			q += k
@@ -141,18 +219,22 @@ func (t *lockTable) pieces(fn *syms, agents []uint64, p, n uintptr, gap func(q, 
 		if i < len(t.ents) && t.ents[i].host < end {
 			stop = t.ents[i].host
 		}
+		f := t.flyLocked(q, stop-q)
+		t.mu.Unlock()
 		pc, tracked, err := gap(q, stop)
+		t.mu.Lock()
+		t.landLocked(f)
 		if err != nil {
+			t.mu.Unlock()
 			return nil, refs, err
 		}
 		if tracked {
 			// gap locked [q, q+pc.n) for the transfer: keep it here, so
 			// that other copies share it and it is unlocked with the last.
-			t.ents = append(t.ents, nil)
-			copy(t.ents[i+1:], t.ents[i:])
-			t.ents[i] = &lockEnt{host: q, size: pc.n, agent: pc.addr, refs: 1}
+			t.insertLocked(&lockEnt{host: q, size: pc.n, agent: pc.addr, refs: 1})
 			refs = append(refs, q)
 		}
+		t.mu.Unlock()
 		pc.off = q - p
 		ps = append(ps, pc)
 		q += pc.n

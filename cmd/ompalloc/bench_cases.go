@@ -316,7 +316,7 @@ func (t *transferBuffers) setup() error {
 		t.errs["pinned"] = err
 	}
 	if t.withPeak {
-		if t.peak, err = newCUDAPeak(t.dev, t.n); err != nil {
+		if t.peak, err = newCUDAPeak(t.d.ID, t.n); err != nil {
 			t.errs[peakSeries] = err
 		}
 	}

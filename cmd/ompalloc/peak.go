@@ -19,34 +19,36 @@ const peakSeries = "driver peak"
 // cuMemAllocHost copied with cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a
 // stream of its own, synchronized after each copy, as a CUDA program that
 // owns its pinned memory would. It binds the library target/cuda loaded
-// (the same file, so the same handle) and works in the context that owns
-// the device buffer, which it asks the driver for.
+// (the same file, so the same handle) and works in the primary context of
+// the device (where target/cuda allocated the device buffer), retained for
+// its own use. Like target/cuda it borrows the thread with
+// cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2, so the caller's context stack is
+// as it was afterwards.
 type cudaPeak struct {
-	setCurrent, allocHost, freeHost, streamCreate, streamDestroy, streamSync, h2d, d2h, errName uintptr
+	push, pop, release, allocHost, freeHost, streamCreate, streamDestroy, streamSync, h2d, d2h, errName uintptr
 
+	cudev                int32 // CUdevice
 	ctx, stream, host, n uintptr
 }
 
 // CUDA driver API values (cuda.h).
-const (
-	cuPointerAttributeContext = 1
-	cuStreamNonBlocking       = 1
-)
+const cuStreamNonBlocking = 1
 
-// newCUDAPeak allocates n pinned bytes through the driver for copies with
-// the device buffer dev.
-func newCUDAPeak(dev, n uintptr) (*cudaPeak, error) {
+// newCUDAPeak allocates n pinned bytes through the driver for copies with a
+// device buffer of CUDA device ord (its OpenMP number: CUDA's come first).
+func newCUDAPeak(ord int, n uintptr) (*cudaPeak, error) {
 	lib, err := loader.Open(cuda.Spec)
 	if err != nil {
 		return nil, err
 	}
 	p := &cudaPeak{n: n}
-	var getAttr uintptr
+	var devGet, retain uintptr
 	for _, s := range []struct {
 		name string
 		addr *uintptr
 	}{
-		{"cuPointerGetAttribute", &getAttr}, {"cuCtxSetCurrent", &p.setCurrent},
+		{"cuDeviceGet", &devGet}, {"cuDevicePrimaryCtxRetain", &retain}, {"cuDevicePrimaryCtxRelease_v2", &p.release},
+		{"cuCtxPushCurrent_v2", &p.push}, {"cuCtxPopCurrent_v2", &p.pop},
 		{"cuMemAllocHost_v2", &p.allocHost}, {"cuMemFreeHost", &p.freeHost},
 		{"cuStreamCreate", &p.streamCreate}, {"cuStreamDestroy_v2", &p.streamDestroy},
 		{"cuStreamSynchronize", &p.streamSync}, {"cuMemcpyHtoDAsync_v2", &p.h2d},
@@ -56,24 +58,37 @@ func newCUDAPeak(dev, n uintptr) (*cudaPeak, error) {
 			return nil, err
 		}
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := p.check("cuPointerGetAttribute(CONTEXT)",
-		loader.Call(getAttr, uintptr(unsafe.Pointer(&p.ctx)), cuPointerAttributeContext, dev)); err != nil {
+	if err := p.check("cuDeviceGet", loader.Call(devGet, uintptr(unsafe.Pointer(&p.cudev)), uintptr(ord))); err != nil {
 		return nil, err
 	}
-	if err := p.check("cuCtxSetCurrent", loader.Call(p.setCurrent, p.ctx)); err != nil {
+	if err := p.check("cuDevicePrimaryCtxRetain", loader.Call(retain, uintptr(unsafe.Pointer(&p.ctx)), uintptr(p.cudev))); err != nil {
 		return nil, err
 	}
-	if err := p.check("cuStreamCreate", loader.Call(p.streamCreate, uintptr(unsafe.Pointer(&p.stream)), cuStreamNonBlocking)); err != nil {
-		return nil, err
-	}
-	if err := p.check("cuMemAllocHost", loader.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n)); err != nil {
-		p.close()
+	err = p.inCtx(func() error {
+		if err := p.check("cuStreamCreate", loader.Call(p.streamCreate, uintptr(unsafe.Pointer(&p.stream)), cuStreamNonBlocking)); err != nil {
+			return err
+		}
+		return p.check("cuMemAllocHost", loader.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n))
+	})
+	if err != nil {
+		_ = p.close()
 		return nil, err
 	}
 	touch(p.host, n)
 	return p, nil
+}
+
+// inCtx runs f with the peak's context current on a locked thread, pushed
+// before and popped after.
+func (p *cudaPeak) inCtx(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := p.check("cuCtxPushCurrent", loader.Call(p.push, p.ctx)); err != nil {
+		return err
+	}
+	err := f()
+	var popped uintptr
+	return errors.Join(err, p.check("cuCtxPopCurrent", loader.Call(p.pop, uintptr(unsafe.Pointer(&popped)))))
 }
 
 // check names a failed driver call by the driver's own name for the code.
@@ -96,43 +111,45 @@ func (p *cudaPeak) copies(group string, dev, size uintptr, k int) error {
 	if size > p.n {
 		return fmt.Errorf("%d bytes: the driver's buffer has %d", size, p.n)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := p.check("cuCtxSetCurrent", loader.Call(p.setCurrent, p.ctx)); err != nil {
-		return err
-	}
-	for range k {
-		var err error
-		if group == "h2d" {
-			err = p.check("cuMemcpyHtoDAsync", loader.Call(p.h2d, dev, p.host, size, p.stream))
-		} else {
-			err = p.check("cuMemcpyDtoHAsync", loader.Call(p.d2h, p.host, dev, size, p.stream))
+	return p.inCtx(func() error {
+		for range k {
+			var err error
+			if group == "h2d" {
+				err = p.check("cuMemcpyHtoDAsync", loader.Call(p.h2d, dev, p.host, size, p.stream))
+			} else {
+				err = p.check("cuMemcpyDtoHAsync", loader.Call(p.d2h, p.host, dev, size, p.stream))
+			}
+			if err == nil {
+				err = p.check("cuStreamSynchronize", loader.Call(p.streamSync, p.stream))
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			err = p.check("cuStreamSynchronize", loader.Call(p.streamSync, p.stream))
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// close frees what newCUDAPeak took.
+// close frees what newCUDAPeak took and releases its context reference.
 func (p *cudaPeak) close() error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var errs []error
-	errs = append(errs, p.check("cuCtxSetCurrent", loader.Call(p.setCurrent, p.ctx)))
-	if p.stream != 0 {
-		errs = append(errs, p.check("cuStreamDestroy", loader.Call(p.streamDestroy, p.stream)))
-		p.stream = 0
+	if p.ctx == 0 {
+		return nil
 	}
-	if p.host != 0 {
-		errs = append(errs, p.check("cuMemFreeHost", loader.Call(p.freeHost, p.host)))
-		p.host = 0
-	}
-	return errors.Join(errs...)
+	err := p.inCtx(func() error {
+		var errs []error
+		if p.stream != 0 {
+			errs = append(errs, p.check("cuStreamDestroy", loader.Call(p.streamDestroy, p.stream)))
+			p.stream = 0
+		}
+		if p.host != 0 {
+			errs = append(errs, p.check("cuMemFreeHost", loader.Call(p.freeHost, p.host)))
+			p.host = 0
+		}
+		return errors.Join(errs...)
+	})
+	err = errors.Join(err, p.check("cuDevicePrimaryCtxRelease", loader.Call(p.release, uintptr(p.cudev))))
+	p.ctx = 0
+	return err
 }
 
 // cString reads a NUL-terminated C string (the driver's static names).

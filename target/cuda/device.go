@@ -160,7 +160,8 @@ func (d *device) String() string { return fmt.Sprintf("CUDA device %d", d.ord) }
 
 // withCtx runs f on a locked OS thread whose current context is the
 // device's, and names f's failure after call. The driver's current context is
-// per OS thread, so the thread must not change between setting it and f.
+// per OS thread, so the thread must not change between making it current and
+// f; the thread's own context stack is left as it was (inOpenCtx).
 func (d *device) withCtx(name string, f func() result) error {
 	if d.closed.Load() {
 		return fmt.Errorf("%s: %v: %w", name, d, ErrClosed)
@@ -180,14 +181,23 @@ func (d *device) inCtx(f func() error) error {
 }
 
 // inOpenCtx runs f with d's context current on a locked OS thread; the
-// context must be retained (by the open device, or by a registration).
+// context must be retained (by the open device, or by a registration). It
+// borrows the thread: cuCtxPushCurrent_v2 before f, cuCtxPopCurrent_v2
+// after, so a caller that locked its thread with a context of its own (a cgo
+// library, the CUDA runtime API) finds that context current again, where
+// cuCtxSetCurrent would have replaced the top of its stack for good.
 func (d *device) inOpenCtx(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
+	if err := d.drv.check("cuCtxPushCurrent", call(d.drv.cuCtxPushCurrent, d.ctx)); err != nil {
 		return err
 	}
-	return f()
+	err := f()
+	var popped uintptr
+	if perr := d.drv.check("cuCtxPopCurrent", call(d.drv.cuCtxPopCurrent, uintptr(unsafe.Pointer(&popped)))); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	return err
 }
 
 // Alloc allocates n bytes: device memory (cuMemAlloc_v2), pinned host memory

@@ -45,7 +45,7 @@ type driver struct {
 
 	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                           uintptr
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceTotalMem, cuDeviceGetAttribute uintptr
-	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent                   uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxPushCurrent, cuCtxPopCurrent uintptr
 	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemAllocManaged                uintptr
 	cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer                      uintptr
 	cuPointerGetAttribute                                                                  uintptr
@@ -87,7 +87,8 @@ func (d *driver) table() []entry {
 		req("cuDeviceGetAttribute", &d.cuDeviceGetAttribute),
 		req("cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain),
 		ver(req("cuDevicePrimaryCtxRelease", &d.cuDevicePrimaryCtxRelease)),
-		req("cuCtxSetCurrent", &d.cuCtxSetCurrent),
+		ver(req("cuCtxPushCurrent", &d.cuCtxPushCurrent)),
+		ver(req("cuCtxPopCurrent", &d.cuCtxPopCurrent)),
 		ver(req("cuMemAlloc", &d.cuMemAlloc)),
 		ver(req("cuMemFree", &d.cuMemFree)),
 		req("cuMemHostAlloc", &d.cuMemHostAlloc),

@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"unsafe"
@@ -317,12 +316,7 @@ func (reg *registration) drop() ([]piece, error) {
 // context, which the registration holds a reference on: it runs also after
 // the owner was closed.
 func (d *device) withOwnedCtx(name string, f func() result) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := d.drv.check("cuCtxSetCurrent", call(d.drv.cuCtxSetCurrent, d.ctx)); err != nil {
-		return err
-	}
-	return d.drv.check(name, f())
+	return d.inOpenCtx(func() error { return d.drv.check(name, f()) })
 }
 
 // devicePointer is the device's address for pinned host address p.

@@ -192,7 +192,7 @@ func TestInjectedFailures(t *testing.T) {
 			_, err := d.LockHost(buf, 1<<16)
 			return err
 		}},
-		{"cuCtxSetCurrent:0=201", "cuCtxSetCurrent", "CUDA_ERROR_INVALID_CONTEXT", 201, func() error {
+		{"cuCtxPushCurrent:0=201", "cuCtxPushCurrent", "CUDA_ERROR_INVALID_CONTEXT", 201, func() error {
 			_, err := d.Alloc(plugin.MemDevice, 64)
 			return err
 		}},

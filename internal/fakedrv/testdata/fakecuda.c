@@ -21,8 +21,12 @@
  *     upper-case hex); unset, or no entry for N, it fails with
  *     CUDA_ERROR_NOT_SUPPORTED, so that other tests see no node whatever the
  *     host's sysfs holds.
- *   - Contexts: one primary context per device (retain/release counted); the
- *     current context is per OS thread, as in the driver. The last release
+ *   - Contexts: one primary context per device (retain/release counted); each
+ *     OS thread has a stack of current contexts, as in the driver
+ *     (cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2; cuCtxSetCurrent replaces
+ *     the top). cuDevicePrimaryCtxSetFlags_v2 / cuDevicePrimaryCtxGetState
+ *     keep the flags; fakecuda_ctx_flags_when_active says which were in force
+ *     when the context was last activated. The last release
  *     resets the context, as cuDevicePrimaryCtxRelease documents: everything
  *     allocated or registered in it is gone (cuMemHostUnregister then says
  *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, pointer queries
@@ -43,18 +47,27 @@
  *     devices cuDeviceCanAccessPeer lets reach each other;
  *     cuCtxEnablePeerAccess enables one direction (a second time:
  *     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED; an unreachable peer:
- *     CUDA_ERROR_INVALID_DEVICE) until a context reset; cuMemcpyPeerAsync
- *     copies late like any async copy, device memory of the two contexts.
+ *     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED; a device already connected to
+ *     FAKECUDA_MAX_PEERS others, default 8: CUDA_ERROR_TOO_MANY_PEERS) until
+ *     cuCtxDisablePeerAccess or a context reset; cuMemcpyPeerAsync copies
+ *     late like any async copy, device memory of the two contexts.
  *   - Registrations are process-wide, as in the driver: registering a range
  *     that overlaps a registered or driver-allocated pinned range returns
  *     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712); unregistering an address
  *     that does not start a registration returns
- *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED (713). A registration never touches
+ *     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED (713). Registrations are checked
+ *     per page: one sharing a page with another is refused (712) too. A
+ *     copy whose host range is partly registered and partly pageable fails
+ *     with CUDA_ERROR_INVALID_VALUE, as the reference says; so does one over
+ *     two registrations unless FAKECUDA_SPAN_REGISTRATIONS=1. cuMemHostUnregister
+ *     and cuMemFreeHost first wait for every stream (a device-wide
+ *     synchronization). A registration never touches
  *     the memory (a PROT_NONE reservation can be registered). One call may
  *     register at most FAKECUDA_MAX_REGISTER_GB GiB (default 64); more fails
  *     with CUDA_ERROR_OUT_OF_MEMORY, like the failures reported for very large
  *     registrations on real hosts.
- *   - cuPointerGetAttribute answers CONTEXT, MEMORY_TYPE, DEVICE_POINTER,
+ *   - cuPointerGetAttribute needs a current context (else
+ *     CUDA_ERROR_INVALID_CONTEXT) and answers CONTEXT, MEMORY_TYPE, DEVICE_POINTER,
  *     HOST_POINTER, DEVICE_ORDINAL, RANGE_START_ADDR and RANGE_SIZE (other
  *     attributes: CUDA_ERROR_NOT_SUPPORTED); an unknown pointer gives
  *     CUDA_ERROR_INVALID_VALUE. cuMemHostGetFlags answers for driver-allocated
@@ -64,6 +77,8 @@
  *     copy and reads the source only then, so a host buffer reused before the
  *     copy ran is caught. cuStreamQuery gives CUDA_ERROR_NOT_READY while work
  *     is pending. Events complete when the worker reaches them.
+ *     cuStreamDestroy_v2 returns at once: the handle is gone, the queued
+ *     copies still run afterwards.
  *   - The legacy default stream, one per context, as the driver's "API
  *     synchronization behavior" page describes it: synchronous
  *     cuMemcpyDtoD_v2 returns at once and leaves the copy on the legacy
@@ -217,6 +232,7 @@ struct fake_stream {
 	int busy, quit;
 	pthread_t th;
 	struct fake_stream *next;
+	struct fake_stream *all; /* every stream ever made, destroyed ones too */
 };
 
 struct fake_event {
@@ -231,15 +247,25 @@ static int g_init, g_ndev;
 static size_t g_mem;
 static int g_ccmaj = 9, g_ccmin = 0;
 static struct fake_ctx g_ctx[MAX_DEVICES];
+static unsigned g_ctx_flags[MAX_DEVICES];    /* cuDevicePrimaryCtxSetFlags */
+static int g_ctx_active_flags[MAX_DEVICES] = { /* the flags at activation, -1 never */
+	[0 ... MAX_DEVICES - 1] = -1};
 static size_t g_used[MAX_DEVICES];
 static unsigned char g_peer[MAX_DEVICES][MAX_DEVICES]; /* [a][b]: context a may access b's memory */
 static CUdeviceptr g_next[MAX_DEVICES];
 static struct region *g_regions;
-static struct fake_stream *g_streams;
+static struct fake_stream *g_streams; /* the live handles */
+static struct fake_stream *g_all;     /* every stream and legacy stream, never freed */
 static struct fake_event *g_events;
-static __thread struct fake_ctx *t_cur;
+/* The thread's context stack (cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2);
+   its top is the current context, which cuCtxSetCurrent replaces. */
+#define MAX_STACK 16
+static __thread struct fake_ctx *t_stack[MAX_STACK];
+static __thread int t_depth;
+#define t_cur (t_depth > 0 ? t_stack[t_depth - 1] : (struct fake_ctx *)NULL)
 
 static void drain_all_legacy(void);
+static void drain_all_streams(void);
 static void drain_legacy(struct fake_ctx *ctx);
 static int prohibited(CUdevice d);
 
@@ -742,7 +768,8 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
 	if (prohibited(d))
 		return CUDA_ERROR_UNKNOWN; /* what the driver answers in PROHIBITED mode */
 	pthread_mutex_lock(&g_mu);
-	g_ctx[d].refs++;
+	if (g_ctx[d].refs++ == 0)
+		g_ctx_active_flags[d] = (int)g_ctx_flags[d];
 	*c = &g_ctx[d];
 	pthread_mutex_unlock(&g_mu);
 	return CUDA_SUCCESS;
@@ -769,14 +796,114 @@ API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 	return r;
 }
 
+/* cuCtxSetCurrent: "If there exists a CUDA context stack on the calling CPU
+   thread, this will replace the top of that stack with ctx. If ctx is NULL
+   then this will be equivalent to popping the top of the calling CPU
+   thread's CUDA context stack (or a no-op if the calling CPU thread's CUDA
+   context stack is empty)." (CUDA Driver API, Context Management) */
 API CUresult cuCtxSetCurrent(CUcontext c) {
 	ENTER("cuCtxSetCurrent");
 	if (ready())
 		return ready();
 	if (c && (c < &g_ctx[0] || c >= &g_ctx[g_ndev]))
 		return CUDA_ERROR_INVALID_CONTEXT;
-	t_cur = c;
+	if (!c) {
+		if (t_depth > 0)
+			t_depth--;
+	} else if (t_depth == 0) {
+		t_stack[t_depth++] = c;
+	} else {
+		t_stack[t_depth - 1] = c;
+	}
 	return CUDA_SUCCESS;
+}
+
+/* cuCtxPushCurrent_v2: "Pushes the given context ctx onto the CPU thread's
+   stack of current contexts. The specified context becomes the CPU thread's
+   current context, so all CUDA functions that operate on the current
+   context are affected." */
+API CUresult cuCtxPushCurrent_v2(CUcontext c) {
+	ENTER("cuCtxPushCurrent");
+	if (ready())
+		return ready();
+	if (!c || c < &g_ctx[0] || c >= &g_ctx[g_ndev] || c->refs <= 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (t_depth == MAX_STACK)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	t_stack[t_depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+/* cuCtxPopCurrent_v2: "Pops the current CUDA context from the CPU thread and
+   passes back the old context handle in *pctx. [...] the previous current
+   context, if any, is made current"; CUDA_ERROR_INVALID_CONTEXT without one. */
+API CUresult cuCtxPopCurrent_v2(CUcontext *pc) {
+	ENTER("cuCtxPopCurrent");
+	if (ready())
+		return ready();
+	if (t_depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fake_ctx *c = t_stack[--t_depth];
+	if (pc)
+		*pc = c;
+	return CUDA_SUCCESS;
+}
+
+/* Primary context flags. cuDevicePrimaryCtxSetFlags_v2: "Sets the flags for
+   the primary context on the device overwriting perviously set ones. The
+   three LSBs of the flags parameter can be used to control how the OS
+   thread, which owns the CUDA context at the time of an API call, interacts
+   with the OS scheduler when waiting for results from the GPU. Only one of
+   the scheduling flags can be set" (SPIN 1, YIELD 2, BLOCKING_SYNC 4; AUTO 0
+   "uses a heuristic": it spins unless there are more contexts than CPUs).
+   cuDevicePrimaryCtxGetState gives the flags and whether the context is
+   active (retained). */
+API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
+	ENTER("cuDevicePrimaryCtxSetFlags");
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	unsigned sched = flags & 7u;
+	if ((flags & ~0x1Fu) || (sched != 0 && sched != 1 && sched != 2 && sched != 4))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g_mu);
+	g_ctx_flags[d] = flags;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
+	ENTER("cuDevicePrimaryCtxGetState");
+	if (!flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&g_mu);
+	*flags = g_ctx_flags[d];
+	*active = g_ctx[d].refs > 0;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+/* fakecuda_ctx_flags: the flags of dev's primary context (-1: no such device). */
+API int fakecuda_ctx_flags(int dev) {
+	pthread_mutex_lock(&g_mu);
+	int f = dev >= 0 && dev < g_ndev ? (int)g_ctx_flags[dev] : -1;
+	pthread_mutex_unlock(&g_mu);
+	return f;
+}
+
+/* fakecuda_ctx_flags_when_active: the flags dev's primary context had when it
+   was last made active (retained from zero references), -1 if never. The
+   scheduling flags only take effect then. */
+API int fakecuda_ctx_flags_when_active(int dev) {
+	pthread_mutex_lock(&g_mu);
+	int f = dev >= 0 && dev < g_ndev ? g_ctx_active_flags[dev] : -1;
+	pthread_mutex_unlock(&g_mu);
+	return f;
 }
 
 API CUresult cuCtxGetCurrent(CUcontext *c) {
@@ -830,6 +957,27 @@ API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
 /* live_ctx: c is a primary context that is retained. */
 static int live_ctx(CUcontext c) { return c >= &g_ctx[0] && c < &g_ctx[g_ndev] && c->refs > 0; }
 
+/* connections: how many other devices dev has peer access with, either
+   way. Called with g_mu held. */
+static int connections(int dev) {
+	int n = 0;
+	for (int i = 0; i < g_ndev; i++)
+		if (i != dev && (g_peer[dev][i] || g_peer[i][dev]))
+			n++;
+	return n;
+}
+
+/* cuCtxEnablePeerAccess: "Returns CUDA_ERROR_PEER_ACCESS_UNSUPPORTED if
+   cuDeviceCanAccessPeer() indicates that the CUdevice of the current context
+   cannot directly access memory from the CUdevice of peerContext. Returns
+   CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED if direct access of peerContext
+   from the current context has already been enabled. Returns
+   CUDA_ERROR_TOO_MANY_PEERS if direct peer access is not possible because
+   hardware resources required for peer access have been exhausted." The
+   limits are those of the Programming Guide: "On non-NVSwitch enabled
+   systems, each device can support a system-wide maximum of eight peer
+   connections." FAKECUDA_MAX_PEERS (default 8) is that maximum here: a
+   device connected (either way) to that many others refuses a new one. */
 API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
 	ENTER("cuCtxEnablePeerAccess");
 	if (flags != 0)
@@ -837,15 +985,39 @@ API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
+	long max = env_long("FAKECUDA_MAX_PEERS", 8);
+	pthread_mutex_lock(&g_mu);
+	int a = t_cur->dev;
+	if (!live_ctx(peer))
+		r = CUDA_ERROR_INVALID_CONTEXT;
+	else if (!can_peer(a, peer->dev))
+		r = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+	else if (g_peer[a][peer->dev])
+		r = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+	else if (!g_peer[peer->dev][a] && (connections(a) >= max || connections(peer->dev) >= max))
+		r = CUDA_ERROR_TOO_MANY_PEERS;
+	else
+		g_peer[a][peer->dev] = 1;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+/* cuCtxDisablePeerAccess: "Returns CUDA_ERROR_PEER_ACCESS_NOT_ENABLED if
+   direct peer access has not yet been enabled from peerContext to the
+   current context. Returns CUDA_ERROR_INVALID_CONTEXT if there is no current
+   context, or if peerContext is not a valid context." */
+API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+	ENTER("cuCtxDisablePeerAccess");
+	CUresult r = need_ctx();
+	if (r)
+		return r;
 	pthread_mutex_lock(&g_mu);
 	if (!live_ctx(peer))
 		r = CUDA_ERROR_INVALID_CONTEXT;
-	else if (!can_peer(t_cur->dev, peer->dev))
-		r = CUDA_ERROR_INVALID_DEVICE;
-	else if (g_peer[t_cur->dev][peer->dev])
-		r = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+	else if (!g_peer[t_cur->dev][peer->dev])
+		r = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
 	else
-		g_peer[t_cur->dev][peer->dev] = 1;
+		g_peer[t_cur->dev][peer->dev] = 0;
 	pthread_mutex_unlock(&g_mu);
 	return r;
 }
@@ -933,10 +1105,19 @@ API CUresult cuMemFree_v2(CUdeviceptr d) {
 	return CUDA_SUCCESS;
 }
 
-/* overlaps_pinned: some pinned host region intersects [p, p+n). */
+#define PAGE 4096UL
+static uintptr_t page_down(uintptr_t p) { return p & ~(PAGE - 1); }
+static uintptr_t page_up(uintptr_t p) { return (p + PAGE - 1) & ~(PAGE - 1); }
+
+/* overlaps_pinned: some pinned host region shares a page with [p, p+n).
+   The driver pins whole pages ("Page-locks the memory range specified by p
+   and bytesize"), and the reference promises nothing about two
+   registrations sharing a page: here the second is refused as already
+   registered (the GPU probe asks the real driver). */
 static int overlaps_pinned(uintptr_t p, size_t n) {
+	uintptr_t lo = page_down(p), hi = page_up(p + n);
 	for (struct region *r = g_regions; r; r = r->next)
-		if (is_pinned_host(r) && p < r->host + r->size && r->host < p + n)
+		if (is_pinned_host(r) && lo < page_up(r->host + r->size) && page_down(r->host) < hi)
 			return 1;
 	return 0;
 }
@@ -976,7 +1157,7 @@ API CUresult cuMemFreeHost(void *p) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
-	drain_all_legacy();
+	drain_all_streams(); /* a device-wide synchronization: see drain_all_streams */
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_host((uintptr_t)p);
 	if (!x || x->kind != K_HOSTALLOC || x->host != (uintptr_t)p) {
@@ -1016,7 +1197,7 @@ API CUresult cuMemHostUnregister(void *p) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
-	drain_all_legacy();
+	drain_all_streams(); /* a device-wide synchronization: see drain_all_streams */
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_host((uintptr_t)p);
 	if (!x || x->kind != K_REGISTERED || x->host != (uintptr_t)p)
@@ -1061,13 +1242,17 @@ API CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
 	return r;
 }
 
+/* cuPointerGetAttribute answers in the current context: its documented
+   results include CUDA_ERROR_INVALID_CONTEXT, and the driver gives it when
+   the calling thread has no current context, so a caller must make one
+   current first (as the plugin does for every call). */
 API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
 	ENTER("cuPointerGetAttribute");
 	if (!data)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (ready())
-		return ready();
-	CUresult r = CUDA_SUCCESS;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
 	pthread_mutex_lock(&g_mu);
 	int by_host = 0;
 	struct region *x = find_dev(ptr);
@@ -1209,6 +1394,10 @@ static struct fake_stream *new_stream(struct fake_ctx *ctx, unsigned flags, int 
 		free(s);
 		return NULL;
 	}
+	pthread_mutex_lock(&g_mu);
+	s->all = g_all;
+	g_all = s;
+	pthread_mutex_unlock(&g_mu);
 	return s;
 }
 
@@ -1216,11 +1405,18 @@ static struct fake_stream *new_stream(struct fake_ctx *ctx, unsigned flags, int 
    in g_streams (it is no handle the caller created) and lives as long as the
    process, like the context's slot. */
 static struct fake_stream *legacy_of(struct fake_ctx *ctx) {
+	static pthread_mutex_t legacy_mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&legacy_mu);
 	pthread_mutex_lock(&g_mu);
-	if (!ctx->legacy)
-		ctx->legacy = new_stream(ctx, 0, 1);
 	struct fake_stream *l = ctx->legacy;
 	pthread_mutex_unlock(&g_mu);
+	if (!l) {
+		l = new_stream(ctx, 0, 1);
+		pthread_mutex_lock(&g_mu);
+		ctx->legacy = l;
+		pthread_mutex_unlock(&g_mu);
+	}
+	pthread_mutex_unlock(&legacy_mu);
 	return l;
 }
 
@@ -1233,11 +1429,31 @@ static void drain_legacy(struct fake_ctx *ctx) {
 		stream_wait(l);
 }
 
-/* drain_all_legacy: memory is about to be freed or unregistered; the driver
-   does not free memory that work it accepted still uses. */
+/* drain_all_legacy: device memory is about to be freed; the driver does not
+   free memory that work it accepted on the legacy stream still uses. */
 static void drain_all_legacy(void) {
 	for (int i = 0; i < g_ndev; i++)
 		drain_legacy(&g_ctx[i]);
+}
+
+/* drain_all_streams waits for every stream of every context, destroyed ones
+   still finishing their work included: a device-wide synchronization. The
+   Programming Guide counts page-locked host memory operations among the
+   implicit synchronizations ("Two commands from different streams cannot run
+   concurrently if any one of the following operations is issued in-between
+   them by the host thread: a page-locked host memory allocation, a device
+   memory allocation, ..."), and cuMemHostUnregister / cuMemFreeHost are
+   known to synchronize the device (which is why PyTorch caches pinned
+   blocks): they return only after all work issued before them, on any
+   stream, has completed. So do these here, which makes their cost visible
+   (a caller holding a lock across them stalls everyone behind that lock).
+   Streams are never freed (g_all), so the walk needs no lock held. */
+static void drain_all_streams(void) {
+	pthread_mutex_lock(&g_mu);
+	struct fake_stream *head = g_all;
+	pthread_mutex_unlock(&g_mu);
+	for (struct fake_stream *x = head; x; x = x->all)
+		stream_wait(x);
 }
 
 /* live_stream: s is a stream handle this driver created and not destroyed. */
@@ -1272,6 +1488,12 @@ API CUresult cuStreamCreate(CUstream *ps, unsigned int flags) {
 	return CUDA_SUCCESS;
 }
 
+/* cuStreamDestroy_v2: "In case the device is still doing work in the stream
+   hStream when cuStreamDestroy() is called, the function will return
+   immediately and the resources associated with hStream will be released
+   automatically once the device has completed all work in hStream." So the
+   handle is gone at once and the worker finishes the queued copies later,
+   reading and writing their memory after the call returned. */
 API CUresult cuStreamDestroy_v2(CUstream s) {
 	ENTER("cuStreamDestroy");
 	if (ready())
@@ -1286,21 +1508,25 @@ API CUresult cuStreamDestroy_v2(CUstream s) {
 	}
 	*pp = s->next;
 	pthread_mutex_unlock(&g_mu);
-	/* The driver returns at once and finishes the work later; the worker
-	   drains the queue before it quits, so joining here is the same work. */
 	pthread_mutex_lock(&s->mu);
-	s->quit = 1;
+	s->quit = 1; /* the worker drains the queue, then exits */
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
-	pthread_join(s->th, NULL);
-	pthread_mutex_destroy(&s->mu);
-	pthread_cond_destroy(&s->cv);
-	free(s);
+	pthread_detach(s->th);
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamSynchronize(CUstream s) {
-	ENTER("cuStreamSynchronize");
+	CUresult e = enter("cuStreamSynchronize");
+	if (e != CUDA_SUCCESS) {
+		/* An injected failure is reported once the stream's work ended, as
+		   a real error (a fault in the stream's work) would be: a destroyed
+		   stream's copies run on after cuStreamDestroy, and a caller told
+		   the wait failed cannot wait any longer before freeing memory. */
+		if (ready() == CUDA_SUCCESS && !is_null_stream(s) && live_stream(s))
+			stream_wait(s);
+		return e;
+	}
 	if (ready())
 		return ready();
 	if (is_null_stream(s)) {
@@ -1369,6 +1595,60 @@ static struct op *new_op(void *dst, const void *src, size_t n) {
 	return o;
 }
 
+/* HOST_* are host_span's answers for a range of host memory. */
+enum { HOST_PAGEABLE, HOST_PINNED, HOST_MIXED, HOST_SPANS };
+
+/* host_span: how [p, p+n) lies in host memory the driver knows (registered,
+   allocated pinned, or managed): not at all (HOST_PAGEABLE), within one
+   allocation or registration (HOST_PINNED), partly (HOST_MIXED), or wholly
+   but over two or more of them (HOST_SPANS). Called with g_mu held. */
+static int host_span(uintptr_t p, size_t n) {
+	int regs = 0, gaps = 0;
+	uintptr_t q = p, end = p + n;
+	while (q < end) {
+		struct region *r = find_host(q);
+		if (r) {
+			regs++;
+			q = r->host + r->size;
+			continue;
+		}
+		gaps = 1;
+		uintptr_t next = end; /* the next known range after q */
+		for (struct region *x = g_regions; x; x = x->next)
+			if ((is_pinned_host(x) || x->kind == K_MANAGED) && x->host > q && x->host < next)
+				next = x->host;
+		q = next;
+	}
+	if (regs == 0)
+		return HOST_PAGEABLE;
+	if (gaps)
+		return HOST_MIXED;
+	return regs > 1 ? HOST_SPANS : HOST_PINNED;
+}
+
+/* check_host_side applies the note on every copy function of the driver
+   API: "Memory regions requested must be either entirely registered with
+   CUDA, or in the case of host pageable transfers, not registered at all.
+   Memory regions spanning over allocations that are both registered and not
+   registered with CUDA are not supported and will return
+   CUDA_ERROR_INVALID_VALUE." A range over two registrations (adjacent
+   cuMemHostRegister calls, the pieces of one large registration) is
+   entirely registered, but nothing says one copy may cross from one into
+   the other: refused the same way unless FAKECUDA_SPAN_REGISTRATIONS=1
+   (the GPU probe asks the real driver). */
+static CUresult check_host_side(const void *p, size_t n) {
+	if (!p || n == 0)
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	int span = host_span((uintptr_t)p, n);
+	pthread_mutex_unlock(&g_mu);
+	if (span == HOST_MIXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (span == HOST_SPANS && env_long("FAKECUDA_SPAN_REGISTRATIONS", 0) == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
 /* pinned_src: [p, p+n) is page-locked or managed host memory. */
 static int pinned_src(const void *p, size_t n) {
 	pthread_mutex_lock(&g_mu);
@@ -1399,6 +1679,8 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 		return r;
 	if (n == 0)
 		return CUDA_SUCCESS;
+	if ((r = check_host_side(src_host, n)) || (r = check_host_side(dst_host, n)))
+		return r;
 	void *dst = dst_host, *src = (void *)src_host;
 	pthread_mutex_lock(&g_mu);
 	if (!dst)
@@ -1629,3 +1911,6 @@ V1_STUB(cuMemcpyDtoHAsync)
 V1_STUB(cuMemcpyDtoDAsync)
 V1_STUB(cuStreamDestroy)
 V1_STUB(cuEventDestroy)
+V1_STUB(cuCtxPushCurrent)
+V1_STUB(cuCtxPopCurrent)
+V1_STUB(cuDevicePrimaryCtxSetFlags)

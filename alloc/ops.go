@@ -74,7 +74,7 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 			// nothing in flight to count.
 			q, _, err := a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t)
 			if err != nil {
-				p, err := a.fallbackCounted(size, align, zero, fmt.Errorf("%v: %w", a, err), false)
+				p, err := a.fallbackCounted(size, align, zero, a.heapError(err), false)
 				return a.sampled(size, p, err)
 			}
 			if memsample.On() && memsample.Tick(size) { // the heap profile (memprof): one load when off
@@ -150,7 +150,7 @@ func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer
 		if q, _, err = a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t); err == nil {
 			p = cmem.Ptr(q)
 		} else {
-			err = fmt.Errorf("%v: %w", a, err)
+			err = a.heapError(err)
 		}
 	} else {
 		p, err = a.try(size, align, zero)
@@ -216,7 +216,7 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 	}
 	if err != nil {
 		a.poolUsed.Add(-foot)
-		return nil, fmt.Errorf("%v: %w", a, err)
+		return nil, a.heapError(err)
 	}
 	if foot > 0 && int64(f) != foot {
 		a.poolCharged(p, foot, int64(f))

@@ -11,6 +11,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/pinned"
@@ -105,6 +106,7 @@ type pinSource struct {
 	dev  int
 	node int    // the node its chunks prefer; -1: the device's (Info().NUMANode)
 	name string // the owner the registry names
+	heap string // its heap's name, for errors
 
 	mu      sync.Mutex
 	stuck   map[uintptr]uintptr // chunks the device could not unlock yet: start → size
@@ -140,8 +142,8 @@ func (s *pinSource) acquire(n, align, lockN uintptr) (uintptr, error) {
 }
 
 func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
-	if err := pinLimit.reserve(lockN); err != nil {
-		return 0, err
+	if err := pinLimit.reserve(lockN, s.dev); err != nil {
+		return 0, pinFailure{err, s.heap}
 	}
 	c, err := loader.C()
 	if err == nil {
@@ -175,7 +177,7 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 	if err != nil {
 		_ = unmapPages(c, p, n)
 		pinLimit.release(lockN)
-		return 0, fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, lockN, s.dev, err)
+		return 0, pinFailure{fmt.Errorf("%w: %d bytes for device %d: %w", ErrPinFailed, lockN, s.dev, err), s.heap}
 	}
 	if lockN != n {
 		s.mu.Lock()
@@ -275,12 +277,24 @@ func (s *pinSource) stuckBytes() (bytes uintptr, chunks int) {
 
 // pinLimit caps the bytes all pinned heaps may lock, so that a program
 // cannot lock all of RAM by accident; hitting it behaves like a failed pin.
+// The default (internal/pinlimit) is what the process may really lock:
+// RLIMIT_MEMLOCK when it binds, else half of RAM, and never more than half
+// of what its memory cgroup leaves (pinning past a cgroup's limit is an OOM
+// kill, not an error).
 var pinLimit = &limit{}
 
 type limit struct {
 	once sync.Once
 	max  atomic.Int64
 	used atomic.Int64
+	from atomic.Pointer[limitFrom]
+}
+
+// limitFrom says where the limit in force came from.
+type limitFrom struct {
+	def pinlimit.Default
+	env string // OMPALLOC_PINNED_LIMIT as set and used; "" when not
+	set bool   // SetPinnedLimit
 }
 
 // PinnedLimitEnv overrides the default limit on pinned bytes ("0" means no
@@ -289,26 +303,79 @@ const PinnedLimitEnv = "OMPALLOC_PINNED_LIMIT"
 
 func (l *limit) init() {
 	l.once.Do(func() {
-		n := defaultPinnedLimit()
+		def := pinlimit.Compute()
+		from := &limitFrom{def: def}
+		n := def.Bytes
 		if v := os.Getenv(PinnedLimitEnv); v != "" {
 			if x, err := parseSize(v); err == nil {
-				n = int64(x)
+				n, from.env = int64(x), v
 			} else {
 				warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using the default limit of %d bytes", PinnedLimitEnv, v, err, n), err)
 			}
 		}
+		l.from.Store(from)
 		l.max.Store(n)
 	})
 }
 
-func (l *limit) reserve(n uintptr) error {
+// pinFailure marks the error of a failed pin, so that an allocator's error
+// can say it first (pinReport) rather than after the heap's "out of memory:
+// ... a 4194304-byte chunk:": RAM is usually free, a limit bound.
+type pinFailure struct {
+	error
+	heap string // the heap that asked
+}
+
+func (e pinFailure) Unwrap() error { return e.error }
+
+// pinReport is an allocator's error for a failed pin: "allocator: cause",
+// one sentence, over the whole chain (ErrPinFailed, ErrOutOfMemory, the
+// device's) for errors.Is.
+type pinReport struct {
+	msg string
+	err error
+}
+
+func (e *pinReport) Error() string { return e.msg }
+func (e *pinReport) Unwrap() error { return e.err }
+
+// heapError is the error of a's failed heap allocation.
+func (a *Allocator) heapError(err error) error {
+	var pf pinFailure
+	if errors.As(err, &pf) {
+		return &pinReport{msg: fmt.Sprintf("%v: %s: %v", a, pf.heap, pf.error), err: err}
+	}
+	return fmt.Errorf("%v: %w", a, err)
+}
+
+// reserve counts n more bytes to be locked for device dev, or says in one
+// sentence which limit refused them and what raises it.
+func (l *limit) reserve(n uintptr, dev int) error {
 	l.init()
 	max := l.max.Load()
 	if used, ok := reserve(&l.used, int64(n), max); !ok {
-		return fmt.Errorf("%w: %d more bytes would exceed the pinned-memory limit of %d bytes (%d in use; set %s)",
-			ErrPinFailed, n, max, used, PinnedLimitEnv)
+		return fmt.Errorf("%w: %d more bytes would exceed the pinned-memory limit of %d bytes (%d pinned), %s",
+			ErrPinFailed, n, max, used, l.why(dev))
 	}
 	return nil
+}
+
+// why says where the limit came from and what raises it.
+func (l *limit) why(dev int) string {
+	f := l.from.Load()
+	switch {
+	case f.set:
+		return "set by alloc.SetPinnedLimit"
+	case f.env != "":
+		return fmt.Sprintf("set by %s=%s: raise it, or 0 for no limit", PinnedLimitEnv, f.env)
+	}
+	s := fmt.Sprintf("from %s: %s", f.def.Why(), f.def.Advice())
+	if d, err := target.Get(dev); f.def.Origin == pinlimit.Memlock && err == nil && !d.IsHost() {
+		// cuMemHostRegister and hsa_amd_memory_lock are not charged to
+		// RLIMIT_MEMLOCK: for a GPU, lifting our cap is enough.
+		s += fmt.Sprintf(" (device %d's driver pins without it: %s=0 lifts this cap)", dev, PinnedLimitEnv)
+	}
+	return s
 }
 
 func (l *limit) release(n uintptr) { l.used.Add(-int64(n)) }
@@ -317,6 +384,9 @@ func (l *limit) release(n uintptr) { l.used.Add(-int64(n)) }
 // limit) and returns the previous one.
 func SetPinnedLimit(n uintptr) uintptr {
 	pinLimit.init()
+	f := *pinLimit.from.Load()
+	f.set = true
+	pinLimit.from.Store(&f)
 	return uintptr(pinLimit.max.Swap(int64(n)))
 }
 
@@ -402,3 +472,6 @@ func (a *Allocator) pinFellBack(cause error, fb *Allocator) {
 		(*f)(cause, fb)
 	}
 }
+
+// defaultPinnedLimit is the limit without OMPALLOC_PINNED_LIMIT.
+func defaultPinnedLimit() int64 { return pinlimit.Compute().Bytes }

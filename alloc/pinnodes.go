@@ -89,14 +89,14 @@ func newPinnedPool(dev int) *pinnedPool {
 	pp := &pinnedPool{dev: dev}
 	if nodes == nil {
 		name := fmt.Sprintf("pinned(device %d)", dev)
-		pp.add(name, &pinSource{dev: dev, node: -1, name: "the pinned heap of device " + fmt.Sprint(dev)})
+		pp.add(name, &pinSource{dev: dev, node: -1, name: "the pinned heap of device " + fmt.Sprint(dev), heap: name})
 		pp.nodes, pp.near, pp.order = []int{-1}, nil, [][]int{{0}}
 		pp.far = make([]atomic.Int64, 1)
 		return pp
 	}
 	for _, n := range nodes {
 		name := fmt.Sprintf("pinned(device %d, node %d)", dev, n)
-		pp.add(name, &pinSource{dev: dev, node: n, name: fmt.Sprintf("the pinned heap of device %d on node %d", dev, n)})
+		pp.add(name, &pinSource{dev: dev, node: n, name: fmt.Sprintf("the pinned heap of device %d on node %d", dev, n), heap: name})
 	}
 	pp.nodes = nodes
 	pp.far = make([]atomic.Int64, len(nodes))

@@ -11,7 +11,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -158,7 +160,9 @@ type PinnedInfo struct {
 	LimitBytes uint64        `json:"limit_bytes"` // 0: no limit
 	UsedBytes  uint64        `json:"used_bytes"`
 	Limit      string        `json:"limit"`
-	Env        string        `json:"env"` // OMPALLOC_PINNED_LIMIT as set, "" when unset
+	Env        string        `json:"env"`               // OMPALLOC_PINNED_LIMIT as set, "" when unset
+	Source     string        `json:"source"`            // where the limit came from
+	Warning    string        `json:"warning,omitempty"` // a limit below one pinned chunk
 	HugePages  HugePagesInfo `json:"huge_pages"`
 }
 
@@ -297,6 +301,7 @@ func gatherInfo() *InfoReport {
 		if max > 0 {
 			p.Limit = fmtBytes(int64(max))
 		}
+		p.Source, p.Warning = pinnedLimitSource(int64(max))
 		st := alloc.Pinned()
 		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(alloc.HugePagesEnv),
 			HugeTLBBytes: uint64(st.HugeTLB), Fallbacks: st.HugeTLBFallbacks}
@@ -518,13 +523,11 @@ func writeInfo(w io.Writer, r *InfoReport) {
 	}
 	fmt.Fprintf(tw, "  RLIMIT_MEMLOCK\t%s\n", rl)
 	fmt.Fprintf(tw, "  VmLck\t%s\n", r.Memlock.VmLck)
-	limit := r.Pinned.Limit
-	if r.Pinned.Env != "" {
-		limit += fmt.Sprintf(" (%s=%s)", alloc.PinnedLimitEnv, r.Pinned.Env)
-	} else {
-		limit += fmt.Sprintf(" (default; %s overrides)", alloc.PinnedLimitEnv)
+	fmt.Fprintf(tw, "  pinned-bytes limit\t%s, %s in use\n", r.Pinned.Limit, fmtBytes(int64(r.Pinned.UsedBytes)))
+	fmt.Fprintf(tw, "  limit from\t%s\n", r.Pinned.Source)
+	if r.Pinned.Warning != "" {
+		fmt.Fprintf(tw, "  warning\t%s\n", r.Pinned.Warning)
 	}
-	fmt.Fprintf(tw, "  pinned-bytes limit\t%s, %s in use\n", limit, fmtBytes(int64(r.Pinned.UsedBytes)))
 	fmt.Fprintf(tw, "  pinned huge pages\t%s\n", hugePagesLine(r.Pinned.HugePages))
 	tw.Flush()
 
@@ -557,3 +560,33 @@ func hugePagesLine(h HugePagesInfo) string {
 	}
 	return sb.String()
 }
+
+// pinnedLimitSource says where the pinned-bytes limit max came from (the
+// decision alloc made: internal/pinlimit, or OMPALLOC_PINNED_LIMIT), and
+// warns when it is below one pinned chunk: then pinned blocks come from
+// part of a single chunk, and any larger than what is left fail.
+func pinnedLimitSource(max int64) (source, warning string) {
+	def := pinlimit.Compute()
+	v := os.Getenv(alloc.PinnedLimitEnv)
+	_, bad := envsize.Parse(v)
+	switch {
+	case v != "" && bad == nil:
+		source = fmt.Sprintf("%s=%s", alloc.PinnedLimitEnv, v)
+	case max == def.Bytes:
+		source = fmt.Sprintf("default: %s (%s overrides)", def.Why(), alloc.PinnedLimitEnv)
+	default:
+		source = "set by the program (alloc.SetPinnedLimit)"
+	}
+	if max > 0 && max < pinnedChunk {
+		warning = fmt.Sprintf("the limit (%s) is below one pinned chunk (%s): pinned blocks share part of one chunk, and larger ones fail; ", pinlimit.Size(max), pinlimit.Size(pinnedChunk))
+		if strings.HasPrefix(source, "default") {
+			warning += def.Advice()
+		} else {
+			warning += "raise " + alloc.PinnedLimitEnv
+		}
+	}
+	return source, warning
+}
+
+// pinnedChunk is what a pinned heap locks at a time (internal/heap's chunk).
+const pinnedChunk = 4 << 20

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,6 +74,9 @@ func TestMapCount(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector needs new mappings as the program runs: at vm.max_map_count it dies")
 	}
+	if why, ok := mappingsHidden(); ok {
+		t.Skip(why)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMapCountChild$", "-test.v")
 	cmd.Env = append(os.Environ(), mapCountChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
@@ -83,6 +87,9 @@ func TestMapCount(t *testing.T) {
 func TestMapCountChild(t *testing.T) {
 	if os.Getenv(mapCountChildEnv) == "" {
 		t.Skip("run by TestMapCount")
+	}
+	if why, ok := mappingsHidden(); ok {
+		t.Skip(why)
 	}
 	max, _ := maxMapCount()
 	d := hostDevice(t)
@@ -130,6 +137,7 @@ func TestMapCountChild(t *testing.T) {
 	t.Log(unlockErr)
 	require.ErrorIs(t, lockErr, ErrMapCount)
 	require.ErrorContains(t, lockErr, fmt.Sprintf("vm.max_map_count (%d) reached", max))
+	require.ErrorContains(t, lockErr, "raise it with `sysctl -w vm.max_map_count=`")
 	require.NotContains(t, lockErr.Error(), "RLIMIT_MEMLOCK is")
 	require.ErrorIs(t, unlockErr, pinned.ErrStillLocked)
 	require.ErrorIs(t, unlockErr, ErrMapCount)
@@ -151,3 +159,23 @@ func TestMapCountChild(t *testing.T) {
 
 // mem is pages of memory at p as a slice, for syscall.Mprotect.
 func mem(p uintptr, pages int) []byte { return cmem.Bytes(p, uintptr(pages)*pageSize) }
+
+// mappingsHidden reports whether the kernel counts mappings this process
+// cannot see in /proc/self/maps: an emulator (qemu-user, running the
+// linux/arm64 build on an x86 host, say) answers /proc/self/maps itself with
+// the guest's mappings only, while its own count against vm.max_map_count
+// too. /proc/thread-self/maps is the kernel's list (qemu-user does not
+// intercept it). Issue 23, item 9: TestMapCount failed under qemu-aarch64
+// ("nothing is mapped at 0x55…", the guest's addresses), not the kernel.
+func mappingsHidden() (string, bool) {
+	self, err1 := os.ReadFile("/proc/self/maps")
+	kernel, err2 := os.ReadFile("/proc/thread-self/maps")
+	if err1 != nil || err2 != nil {
+		return "", false
+	}
+	s, k := bytes.Count(self, []byte("\n")), bytes.Count(kernel, []byte("\n"))
+	if k > s+16 { // the runtime may map a little between the two reads
+		return fmt.Sprintf("the kernel lists %d mappings (/proc/thread-self/maps), /proc/self/maps shows %d: an emulator (qemu-user) hides its own, so the map count is not the one this test spends", k, s), true
+	}
+	return "", false
+}

@@ -241,7 +241,7 @@ func TestLockLimitChild(t *testing.T) {
 	_, err = d.LockHost(p, 64*pageSize)
 	t.Log(err)
 	require.ErrorIs(t, err, ErrLockLimit)
-	require.ErrorContains(t, err, "RLIMIT_MEMLOCK is 65536 bytes (see ulimit -l)")
+	require.ErrorContains(t, err, "RLIMIT_MEMLOCK is 65536 bytes: raise it with `ulimit -l`, `docker run --ulimit memlock=-1` or `LimitMEMLOCK=` in a systemd unit")
 	require.ErrorContains(t, err, "mlock")
 	require.Equal(t, kb, vmLck(t), "a failed lock leaves nothing locked behind")
 

@@ -16,7 +16,7 @@ type lockLimitError struct {
 }
 
 func (e *lockLimitError) Error() string {
-	return fmt.Sprintf("%v: RLIMIT_MEMLOCK is %s (see ulimit -l)", e.err, e.limit)
+	return fmt.Sprintf("%v: RLIMIT_MEMLOCK is %s: raise it with `ulimit -l`, `docker run --ulimit memlock=-1` or `LimitMEMLOCK=` in a systemd unit", e.err, e.limit)
 }
 
 func (e *lockLimitError) Unwrap() []error { return []error{e.err, ErrLockLimit} }
@@ -68,7 +68,7 @@ func mapCause(err error, p, n uintptr) error {
 	// A lock or unlock inside a mapping splits it in up to three.
 	if max, ok := maxMapCount(); ok && count+2 >= max {
 		return &causeError{err: err, kind: ErrMapCount,
-			cause: fmt.Sprintf("vm.max_map_count (%d) reached: the process has %d mappings, and every separately locked range splits one", max, count)}
+			cause: fmt.Sprintf("vm.max_map_count (%d) reached: the process has %d mappings, and every separately locked range splits one; raise it with `sysctl -w vm.max_map_count=`", max, count)}
 	}
 	return nil
 }

@@ -1,0 +1,88 @@
+package alloc
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Issue 23, item 2: 256 MiB pinned under the usual 8 MiB `ulimit -l`
+// failed with "... out of memory: ... a 4194304-byte chunk: cannot pin
+// memory: ... (set OMPALLOC_PINNED_LIMIT)": wrong cause first, RLIMIT_MEMLOCK
+// unnamed, and advice that makes things worse. A failed pin now says, first,
+// which limit bound, with its value, and what raises it.
+func TestPinFailureSaysWhichLimit(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("setpriv and prlimit are Linux tools")
+	}
+	for _, tool := range []string{"setpriv", "prlimit"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (util-linux)", tool)
+		}
+	}
+	for _, tc := range []struct {
+		name, memlock, env string
+		want, not          []string
+	}{
+		{"our limit is RLIMIT_MEMLOCK", "8388608", "",
+			[]string{"cannot pin memory: ", "pinned-memory limit of 8388608 bytes", "from RLIMIT_MEMLOCK (8 MiB)", "ulimit -l", "--ulimit memlock=-1", "LimitMEMLOCK="},
+			[]string{"out of memory", PinnedLimitEnv}},
+		{"mlock refuses under RLIMIT_MEMLOCK", "8388608", "0",
+			[]string{"cannot pin memory: ", "RLIMIT_MEMLOCK is 8388608 bytes", "ulimit -l", "--ulimit memlock=-1", "LimitMEMLOCK="},
+			[]string{"out of memory", PinnedLimitEnv}},
+		{"OMPALLOC_PINNED_LIMIT", "8388608", "1M",
+			[]string{"cannot pin memory: ", "pinned-memory limit of 1048576 bytes", "set by OMPALLOC_PINNED_LIMIT=1M: raise it"},
+			[]string{"out of memory", "RLIMIT_MEMLOCK"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
+				"prlimit", "--memlock="+tc.memlock+":"+tc.memlock, os.Args[0], "-test.run=^TestPinMessageChild$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=pinmsg", PinnedLimitEnv+"="+tc.env)
+			out, err := cmd.CombinedOutput()
+			if err != nil && strings.Contains(string(out), "setpriv:") {
+				t.Skipf("setpriv cannot drop CAP_IPC_LOCK here: %s", out)
+			}
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "--- PASS: TestPinMessageChild")
+			var msg string
+			for line := range strings.SplitSeq(string(out), "\n") {
+				if m, ok := strings.CutPrefix(strings.TrimSpace(line), "PINERR "); ok {
+					msg = m
+				}
+			}
+			require.NotEmpty(t, msg, "%s", out)
+			t.Log(msg)
+			require.True(t, strings.HasPrefix(msg, "allocator#1024(omp_default_mem_space, pinned): pinned(device 0"), "the allocator and its heap first: %s", msg)
+			_, cause, _ := strings.Cut(msg, "): pinned(device 0")
+			_, cause, _ = strings.Cut(cause, "): ")
+			require.True(t, strings.HasPrefix(cause, "cannot pin memory: "), "then the failed pin: %s", msg)
+			for _, w := range tc.want {
+				require.Contains(t, msg, w)
+			}
+			for _, w := range tc.not {
+				require.NotContains(t, msg, w)
+			}
+			require.Equal(t, 1, strings.Count(msg, "cannot pin memory"), "said once: %s", msg)
+		})
+	}
+}
+
+func TestPinMessageChild(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "pinmsg" {
+		t.Skip("run by TestPinFailureSaysWhichLimit in a child process")
+	}
+	a, err := New(memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, a.Destroy()) }()
+	p, err := a.Alloc(256 << 20)
+	require.Nil(t, p)
+	require.ErrorIs(t, err, ErrPinFailed)
+	os.Stdout.WriteString("PINERR " + err.Error() + "\n")
+}

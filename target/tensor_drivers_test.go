@@ -1,9 +1,13 @@
 package target
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -46,6 +50,121 @@ func TestTensorFakeDriversChild(t *testing.T) {
 		require.NoError(t, s.Err, "%s: %s", s.Plugin, s.Init)
 	}
 	t.Run("pin", tensorPin)
+	for _, pair := range [][2]int{{0, 0}, {0, 1}, {2, 2}, {2, 3}} {
+		a, _ := Get(pair[0])
+		b, _ := Get(pair[1])
+		t.Run(fmt.Sprintf("events/%v then %v", a, b), func(t *testing.T) { tensorEvents(t, a, b) })
+	}
+}
+
+// longWork queues chunks copies of 64 KiB from a pinned Go slice into dst
+// on q (each performed late by the fake: 300 us apiece) and returns the
+// bytes copied.
+func longWork(t *testing.T, q *Queue, dst Array[byte], chunks int, seed byte) []byte {
+	t.Helper()
+	src := make([]byte, dst.Len())
+	for i := range src {
+		src[i] = byte(i*13) + seed
+	}
+	pin, err := Pin(src, q.Device().ID)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pin.Close()) })
+	step := dst.Len() / chunks
+	for i := 0; i < chunks; i++ {
+		part, err := dst.Slice(i*step, (i+1)*step)
+		require.NoError(t, err)
+		require.NoError(t, CopyToDevice(part, src[i*step:(i+1)*step], q))
+	}
+	return src
+}
+
+// tensorEvents orders a queue of b after a queue of a with an event: b's
+// copy of a's buffer waits for a's long work without blocking the host,
+// and reads what a wrote (without the wait it would read zeros: the fake
+// performs b's copy after 300 us, a's work takes 40 times that).
+func tensorEvents(t *testing.T, a, b *Device) {
+	const chunks, n = 40, 40 << 16
+	bufA, err := AllocArray[byte](a, plugin.MemDevice, n)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, bufA.Free()) })
+	bufB, err := AllocArray[byte](b, plugin.MemDevice, n)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, bufB.Free()) })
+	qa, err := a.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, qa.Close()) })
+	qb, err := b.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, qb.Close()) })
+
+	timing := a.Plugin() == "cuda" // HSA events cannot time here
+	start, err := a.NewEvent(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, start.Close()) })
+	end, err := a.NewEvent(true)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, end.Close()) })
+	_, err = Elapsed(start, end)
+	require.ErrorIs(t, err, ErrNotRecorded)
+	ok, err := end.Query()
+	require.NoError(t, err)
+	require.True(t, ok, "an event never recorded is complete")
+
+	require.NoError(t, start.Record(qa))
+	want := longWork(t, qa, bufA, chunks, 7)
+	require.NoError(t, end.Record(qa))
+
+	t0 := time.Now()
+	require.NoError(t, qb.WaitEvent(end))
+	waited := time.Since(t0)
+	ok, err = end.Query()
+	require.NoError(t, err)
+	require.False(t, ok, "WaitEvent returned after %v, before the work it orders (the host was blocked)", waited)
+	if timing {
+		_, err = Elapsed(start, end)
+		require.ErrorContains(t, err, "CUDA_ERROR_NOT_READY", "an event not complete yet cannot be timed")
+	}
+
+	require.NoError(t, CopyArray(bufB, bufA, qb)) // ordered after a's work by the event only
+	back := make([]byte, n)
+	require.NoError(t, CopyFromDevice(back, bufB, qb))
+	require.NoError(t, qb.Synchronize())
+	require.Equal(t, want, back, "the copy on the waiting queue read a's buffer before a's work completed")
+	ok, err = end.Query()
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	if timing {
+		d, err := Elapsed(start, end)
+		require.NoError(t, err)
+		require.Greater(t, d, time.Duration(chunks)*250*time.Microsecond, "the work between the events takes 40 x 300 us in the fake")
+		plain, err := a.NewEvent(false)
+		require.NoError(t, err)
+		require.NoError(t, plain.Record(qa))
+		require.NoError(t, plain.Synchronize(context.Background()))
+		_, err = Elapsed(start, plain)
+		require.ErrorIs(t, err, ErrInvalidArgument, "an event without timing")
+		require.NoError(t, plain.Close())
+	} else {
+		_, err := Elapsed(start, end)
+		require.ErrorIs(t, err, errors.ErrUnsupported)
+	}
+
+	// Cancellation: the wait gives up, the queue stays usable.
+	longWork(t, qa, bufA, chunks, 9)
+	require.NoError(t, end.Record(qa))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, qa.SynchronizeContext(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, end.Synchronize(ctx), context.DeadlineExceeded)
+	require.NoError(t, end.Synchronize(context.Background()))
+	require.NoError(t, qa.SynchronizeContext(context.Background()))
+	one := make([]byte, n)
+	require.NoError(t, CopyFromDevice(one, bufA, qa))
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	require.NoError(t, qa.SynchronizeContext(ctx2))
+	require.Equal(t, byte(9), one[0])
 }
 
 // tensorPin pins Go heap slices for one GPU of each vendor and for all of

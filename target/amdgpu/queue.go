@@ -26,6 +26,9 @@ type queue struct {
 type entry struct {
 	sig  uint64
 	refs []uintptr // lock table references of this copy, dropped when it is done
+
+	shared *sharedSig   // sig is an event's too (event.go): released, not destroyed
+	holds  []*sharedSig // event signals this entry's copy depends on, kept until it is done
 }
 
 // reapAt bounds the signals a queue that is never synchronized or queried
@@ -140,7 +143,15 @@ func (q *queue) reapLocked() error {
 func (q *queue) releaseLocked(k int) error {
 	var errs []error
 	for _, e := range q.pending[:k] {
-		errs = append(errs, q.d.fn.destroySignal(e.sig), q.d.tab.releaseAll(q.d.fn, e.refs))
+		if e.shared != nil {
+			errs = append(errs, e.shared.release(q.d.fn))
+		} else {
+			errs = append(errs, q.d.fn.destroySignal(e.sig))
+		}
+		for _, h := range e.holds {
+			errs = append(errs, h.release(q.d.fn))
+		}
+		errs = append(errs, q.d.tab.releaseAll(q.d.fn, e.refs))
 	}
 	q.pending = append(q.pending[:0], q.pending[k:]...)
 	return errors.Join(errs...)

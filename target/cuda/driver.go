@@ -55,7 +55,8 @@ type driver struct {
 	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuMemcpyPeerAsync                        uintptr
 	cuDeviceGetPCIBusId                                                                    uintptr
 
-	regs registrations
+	tensorSyms // events and pools (tensor.go)
+	regs       registrations
 }
 
 // entry is one symbol of the table. strict: the _v2 symbol is required
@@ -75,7 +76,7 @@ func (d *driver) table() []entry {
 		return entry{Symbol: loader.Symbol{Name: name, Addr: addr, Optional: true}}
 	}
 	ver := func(e entry) entry { e.Versions = v2; e.strict = true; return e }
-	return []entry{
+	return append([]entry{
 		req("cuInit", &d.cuInit),
 		req("cuDriverGetVersion", &d.cuDriverGetVersion),
 		req("cuGetErrorName", &d.cuGetErrorName),
@@ -114,7 +115,7 @@ func (d *driver) table() []entry {
 		opt("cuCtxEnablePeerAccess", &d.cuCtxEnablePeerAccess),
 		opt("cuMemcpyPeerAsync", &d.cuMemcpyPeerAsync),
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
-	}
+	}, d.tensorTable(opt)...)
 }
 
 // bind resolves the table in lib. A versioned symbol must bind to its _v2

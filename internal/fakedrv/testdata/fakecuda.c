@@ -218,6 +218,8 @@ struct op {
 	void *owned;           /* a staging copy of a pageable source, freed after the copy */
 	struct fake_event *ev; /* non-NULL: an event record, not a copy */
 	unsigned long long seq;
+	struct fake_event *wait_ev; /* non-NULL: cuStreamWaitEvent until wait_ev->done >= wait_seq */
+	unsigned long long wait_seq;
 	struct op *next;
 };
 
@@ -238,6 +240,8 @@ struct fake_stream {
 struct fake_event {
 	unsigned long long recorded, done;
 	int refs; /* the handle plus each pending record */
+	unsigned flags;      /* cuEventCreate's: CU_EVENT_DISABLE_TIMING (2) */
+	double done_ms;      /* CLOCK_MONOTONIC when the last record completed */
 	struct fake_event *next;
 };
 
@@ -266,6 +270,7 @@ static __thread int t_depth;
 
 static void drain_all_legacy(void);
 static void drain_all_streams(void);
+static void stream_wait_event_op(struct op *o);
 static void drain_legacy(struct fake_ctx *ctx);
 static int prohibited(CUdevice d);
 
@@ -1302,8 +1307,12 @@ static int pending(struct fake_stream *s) { return s->head != NULL || s->busy; }
 
 static void ev_complete(struct fake_event *e, unsigned long long seq) {
 	pthread_mutex_lock(&ev_mu);
-	if (seq > e->done)
+	if (seq > e->done) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		e->done = seq;
+		e->done_ms = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	}
 	if (--e->refs == 0)
 		free(e);
 	pthread_cond_broadcast(&ev_cv);
@@ -1347,6 +1356,18 @@ static void *worker(void *arg) {
 			   also sees the stream without it. */
 			ev_complete(o->ev, o->seq);
 			free(o);
+			pthread_cond_broadcast(&s->cv);
+			continue;
+		}
+		if (o->wait_ev) { /* cuStreamWaitEvent: later work waits, the caller did not */
+			s->busy = 1;
+			s->head = o->next;
+			if (!s->head)
+				s->tail = NULL;
+			pthread_mutex_unlock(&s->mu);
+			stream_wait_event_op(o);
+			pthread_mutex_lock(&s->mu);
+			s->busy = 0;
 			pthread_cond_broadcast(&s->cv);
 			continue;
 		}
@@ -1803,6 +1824,7 @@ API CUresult cuEventCreate(CUevent *pe, unsigned int flags) {
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->refs = 1;
+	e->flags = flags;
 	pthread_mutex_lock(&ev_mu);
 	e->next = g_events;
 	g_events = e;
@@ -1914,3 +1936,99 @@ V1_STUB(cuEventDestroy)
 V1_STUB(cuCtxPushCurrent)
 V1_STUB(cuCtxPopCurrent)
 V1_STUB(cuDevicePrimaryCtxSetFlags)
+
+/* ---- events between streams and event timing (issue 21) ----
+ *
+ * cuStreamWaitEvent(hStream, hEvent, Flags): "Makes all future work
+ * submitted to hStream wait for all work captured in hEvent ... hEvent may
+ * be from a different context or device than hStream" (CUDA driver API,
+ * Stream Management). The caller is not blocked: the wait is an operation
+ * of the stream, performed by its worker in order; cuStreamQuery says
+ * CUDA_ERROR_NOT_READY and cuStreamSynchronize waits while it waits. It
+ * captures the event's latest record at the time of the call; an event
+ * never recorded orders nothing. Flags other than CU_EVENT_WAIT_DEFAULT (0)
+ * are CUDA_ERROR_INVALID_VALUE here (CU_EVENT_WAIT_EXTERNAL is for stream
+ * capture only).
+ *
+ * cuEventElapsedTime(pMilliseconds, hStart, hEnd), as documented (Event
+ * Management): "If cuEventRecord() has not been called on either event then
+ * CUDA_ERROR_INVALID_HANDLE is returned. If cuEventRecord() has been called
+ * on both events but one or both of them has not yet been completed (that
+ * is, cuEventQuery() would return CUDA_ERROR_NOT_READY on at least one of
+ * the events), CUDA_ERROR_NOT_READY is returned. If either event was
+ * created with the CU_EVENT_DISABLE_TIMING flag, then this function will
+ * return CUDA_ERROR_INVALID_HANDLE." The time is between the two
+ * completions (the fake's clock, CLOCK_MONOTONIC), negative if hEnd
+ * completed first.
+ */
+
+static void stream_wait_event_op(struct op *o) {
+	struct fake_event *e = o->wait_ev;
+	pthread_mutex_lock(&ev_mu);
+	while (e->done < o->wait_seq)
+		pthread_cond_wait(&ev_cv, &ev_mu);
+	if (--e->refs == 0)
+		free(e);
+	pthread_mutex_unlock(&ev_mu);
+	free(o);
+}
+
+API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+	ENTER("cuStreamWaitEvent");
+	if (ready())
+		return ready();
+	if (flags != 0 || !e)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!is_null_stream(s) && !live_stream(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (is_null_stream(s)) {
+		CUresult r = need_ctx();
+		if (r)
+			return r;
+		if (!(s = legacy_of(t_cur)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&ev_mu);
+	if (!live_event(e)) {
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	unsigned long long seq = e->recorded;
+	if (seq == 0) { /* never recorded: nothing to wait for */
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_SUCCESS;
+	}
+	e->refs++;
+	pthread_mutex_unlock(&ev_mu);
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) {
+		pthread_mutex_lock(&ev_mu);
+		if (--e->refs == 0)
+			free(e);
+		pthread_mutex_unlock(&ev_mu);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	o->wait_ev = e;
+	o->wait_seq = seq;
+	enqueue(s, o);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+	ENTER("cuEventElapsedTime");
+	if (ready())
+		return ready();
+	if (!ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&ev_mu);
+	if (!live_event(start) || !live_event(end) || start->recorded == 0 || end->recorded == 0 ||
+	    (start->flags & 2) || (end->flags & 2))
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else if (start->done < start->recorded || end->done < end->recorded)
+		r = CUDA_ERROR_NOT_READY;
+	else
+		*ms = (float)(end->done_ms - start->done_ms);
+	pthread_mutex_unlock(&ev_mu);
+	return r;
+}

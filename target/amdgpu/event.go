@@ -1,0 +1,218 @@
+package amdgpu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Events on HSA. A queue is a chain of async copies, each depending on the
+// previous one's completion signal, and HSA has no event object: an event
+// is a signal of its own, completed by a marker copy (8 bytes within a
+// scratch buffer of the device's memory) chained after the queue's work.
+// Another queue waits for it without blocking the host by chaining a
+// marker of its own that depends on both its last signal and the event's
+// (hsa_amd_memory_async_copy's dependent signals), which its later copies
+// depend on. The driver gives no timestamps for these copies here, so
+// Elapsed is errors.ErrUnsupported.
+//
+// An event's signal is shared by the event and the queue entries that
+// complete it or depend on it (sharedSig): the runtime reads a dependency
+// until the dependent copy starts, so the signal is destroyed only when
+// the last of them lets it go.
+
+// sharedSig is a signal with several owners; the last release destroys it.
+type sharedSig struct {
+	sig  uint64
+	refs atomic.Int32
+}
+
+func (s *sharedSig) release(fn *syms) error {
+	if s.refs.Add(-1) == 0 {
+		return fn.destroySignal(s.sig)
+	}
+	return nil
+}
+
+// scratch holds each device's marker buffer, allocated at the first event.
+var scratch sync.Map // *device → uintptr
+
+func (d *device) scratchBuf() (uintptr, error) {
+	if p, ok := scratch.Load(d); ok {
+		return p.(uintptr), nil
+	}
+	p, err := d.Alloc(plugin.MemDevice, 64)
+	if err != nil {
+		return 0, err
+	}
+	if old, loaded := scratch.LoadOrStore(d, p); loaded {
+		_ = d.Free(plugin.MemDevice, p)
+		return old.(uintptr), nil
+	}
+	return p, nil
+}
+
+// asyncCopyDeps is asyncCopy after every signal of deps.
+func (s *syms) asyncCopyDeps(dst uintptr, dstAgent uint64, src uintptr, srcAgent uint64, n uintptr, deps []uint64, sig uint64) error {
+	var p uintptr
+	if len(deps) > 0 {
+		p = uintptr(unsafe.Pointer(&deps[0]))
+	}
+	return s.status("hsa_amd_memory_async_copy", s.memAsyncCopy, dst, uintptr(dstAgent), src, uintptr(srcAgent), n, uintptr(len(deps)), p, uintptr(sig))
+}
+
+// marker chains a marker copy on q after its work and after dep (if not
+// nil), completing own's signal (if not nil) or a signal of the queue's.
+// The entry keeps dep until its copy is done.
+func (q *queue) marker(own, dep *sharedSig) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	buf, err := q.d.scratchBuf()
+	if err != nil {
+		return err
+	}
+	fn := q.d.fn
+	var sig uint64
+	if own != nil {
+		sig = own.sig
+	} else if sig, err = fn.newSignal(); err != nil {
+		return err
+	}
+	var deps []uint64
+	if len(q.pending) > 0 {
+		deps = append(deps, q.pending[len(q.pending)-1].sig)
+	}
+	e := entry{sig: sig, shared: own}
+	if dep != nil {
+		deps = append(deps, dep.sig)
+		e.holds = []*sharedSig{dep}
+	}
+	if err := fn.asyncCopyDeps(buf+32, q.d.agent, buf, q.d.agent, 8, deps, sig); err != nil {
+		if own == nil {
+			err = errors.Join(err, fn.destroySignal(sig))
+		}
+		return err
+	}
+	if dep != nil {
+		dep.refs.Add(1)
+	}
+	if own != nil {
+		own.refs.Add(1)
+	}
+	q.pending = append(q.pending, e)
+	return nil
+}
+
+// NewEvent creates an event; timing is accepted, but Elapsed is not
+// supported.
+func (d *device) NewEvent(timing bool) (plugin.EventImpl, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, d.errorf(ErrClosed, "new event")
+	}
+	return &event{d: d}, nil
+}
+
+type event struct {
+	d  *device
+	mu sync.Mutex
+	s  *sharedSig // the latest record's signal; nil before the first
+}
+
+func (e *event) queue(q plugin.QueueImpl, what string) (*queue, error) {
+	hq, ok := q.(*queue)
+	if !ok {
+		return nil, e.d.errorf(ErrForeignQueue, "%s", what)
+	}
+	return hq, nil
+}
+
+// Record chains a marker completing a new signal after q's work.
+func (e *event) Record(q plugin.QueueImpl) error {
+	hq, err := e.queue(q, "record an event")
+	if err != nil {
+		return err
+	}
+	if hq.d != e.d {
+		return e.d.errorf(ErrForeignQueue, "record an event")
+	}
+	sig, err := e.d.fn.newSignal()
+	if err != nil {
+		return e.d.errorf(err, "record an event")
+	}
+	s := &sharedSig{sig: sig}
+	s.refs.Store(1) // the event's
+	if err := hq.marker(s, nil); err != nil {
+		return e.d.errorf(errors.Join(err, e.d.fn.destroySignal(sig)), "record an event")
+	}
+	e.mu.Lock()
+	old := e.s
+	e.s = s
+	e.mu.Unlock()
+	if old != nil {
+		return old.release(e.d.fn)
+	}
+	return nil
+}
+
+func (e *event) current() *sharedSig {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.s
+}
+
+// Wait chains a marker on q that depends on the event's signal.
+func (e *event) Wait(q plugin.QueueImpl) error {
+	hq, err := e.queue(q, "wait for an event")
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock() // the signal stays while the marker takes its reference
+	if e.s == nil {
+		return nil
+	}
+	if err := hq.marker(nil, e.s); err != nil {
+		return hq.d.errorf(err, "wait for an event")
+	}
+	return nil
+}
+
+func (e *event) Query() (bool, error) {
+	s := e.current()
+	return s == nil || e.d.fn.done(s.sig), nil
+}
+
+func (e *event) Synchronize() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.s != nil {
+		e.d.fn.waitZero(e.s.sig)
+	}
+	return nil
+}
+
+func (e *event) Elapsed(plugin.EventImpl) (time.Duration, error) {
+	return 0, e.d.errorf(fmt.Errorf("elapsed time between events: %w (no copy timestamps on HSA here)", errors.ErrUnsupported), "events")
+}
+
+func (e *event) Destroy() error {
+	e.mu.Lock()
+	s := e.s
+	e.s = nil
+	e.mu.Unlock()
+	if s != nil {
+		return s.release(e.d.fn)
+	}
+	return nil
+}

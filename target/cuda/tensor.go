@@ -1,0 +1,95 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// tensorSyms are the optional symbols of events between queues and of the
+// stream-ordered allocator.
+type tensorSyms struct {
+	cuStreamWaitEvent, cuEventElapsedTime uintptr
+}
+
+func (t *tensorSyms) tensorTable(opt func(string, *uintptr) entry) []entry {
+	return []entry{
+		opt("cuStreamWaitEvent", &t.cuStreamWaitEvent),
+		opt("cuEventElapsedTime", &t.cuEventElapsedTime),
+	}
+}
+
+// NewEvent creates a CUDA event (CU_EVENT_DISABLE_TIMING unless timing).
+func (d *device) NewEvent(timing bool) (plugin.EventImpl, error) {
+	drv := d.drv
+	if drv.cuEventCreate == 0 || drv.cuEventRecord == 0 || drv.cuEventQuery == 0 ||
+		drv.cuEventSynchronize == 0 || drv.cuEventDestroy == 0 || drv.cuStreamWaitEvent == 0 {
+		return nil, fmt.Errorf("%v: events missing in %s: %w", d, drv.lib.Path, errors.ErrUnsupported)
+	}
+	flags := uintptr(cuEventDisableTiming)
+	if timing {
+		flags = 0
+	}
+	var ev uintptr
+	if err := d.withCtx("cuEventCreate", func() result {
+		return call(drv.cuEventCreate, uintptr(unsafe.Pointer(&ev)), flags)
+	}); err != nil {
+		return nil, err
+	}
+	return &devEvent{Event: Event{d: d, ev: ev}}, nil
+}
+
+// devEvent is an Event that other queues wait for and that times.
+type devEvent struct {
+	Event
+}
+
+func stream(q plugin.QueueImpl, what string) (*Queue, uintptr, error) {
+	cq, ok := q.(*Queue)
+	if !ok {
+		return nil, 0, fmt.Errorf("%s: %w: not a CUDA queue", what, ErrInvalid)
+	}
+	s, err := cq.live(what)
+	return cq, s, err
+}
+
+// Record is cuEventRecord on q's stream.
+func (e *devEvent) Record(q plugin.QueueImpl) error {
+	_, s, err := stream(q, "record an event")
+	if err != nil {
+		return err
+	}
+	return e.d.withCtx("cuEventRecord", func() result { return call(e.d.drv.cuEventRecord, e.ev, s) })
+}
+
+// Wait is cuStreamWaitEvent: q's later work waits, the host does not. The
+// event may be another device's (the driver synchronizes across devices).
+func (e *devEvent) Wait(q plugin.QueueImpl) error {
+	cq, s, err := stream(q, "wait for an event")
+	if err != nil {
+		return err
+	}
+	return cq.d.withCtx("cuStreamWaitEvent", func() result { return call(e.d.drv.cuStreamWaitEvent, s, e.ev, 0) })
+}
+
+// Elapsed is cuEventElapsedTime(start, e), in milliseconds from the driver.
+func (e *devEvent) Elapsed(start plugin.EventImpl) (time.Duration, error) {
+	s, ok := start.(*devEvent)
+	if !ok {
+		return 0, fmt.Errorf("%v: elapsed time: %w: not a CUDA event", e.d, ErrInvalid)
+	}
+	if e.d.drv.cuEventElapsedTime == 0 {
+		return 0, fmt.Errorf("%v: cuEventElapsedTime missing in %s: %w", e.d, e.d.drv.lib.Path, errors.ErrUnsupported)
+	}
+	var ms uint32 // a float, written by the driver
+	if err := e.d.withCtx("cuEventElapsedTime", func() result {
+		return call(e.d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), s.ev, e.ev)
+	}); err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(math.Float32frombits(ms)) * float64(time.Millisecond)), nil
+}

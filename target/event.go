@@ -1,0 +1,275 @@
+package target
+
+// Events: points in a queue's work that other queues wait for without
+// blocking the host, that the host queries or waits for (with a context),
+// and that time the work between them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Event marks a point in a queue's work (a CUDA event; an HSA signal). Record
+// it on a queue, make other queues wait for it (Queue.WaitEvent), query it,
+// wait for it (Synchronize, cancellable) and time between two (Elapsed).
+// An Event is safe for concurrent use; Close releases it.
+type Event struct {
+	dev    *Device
+	impl   plugin.EventImpl
+	timing bool
+
+	mu       sync.Mutex
+	q        *Queue // where it was last recorded
+	limit    uint64 // q's pending entries before it, released once it completed
+	recorded bool
+	closed   bool
+}
+
+// ErrNotRecorded: Elapsed of an event that was never recorded.
+var ErrNotRecorded = errors.New("event not recorded")
+
+// NewEvent creates an event on d; timing events can be timed with Elapsed
+// (and cost a little more to record on CUDA).
+func (d *Device) NewEvent(timing bool) (*Event, error) {
+	if err := d.usable(); err != nil {
+		return nil, err
+	}
+	ev, ok := d.impl.(plugin.Eventer)
+	if !ok {
+		return nil, fmt.Errorf("device %d: events: %w: the %s plugin has none", d.ID, errors.ErrUnsupported, d.plugin)
+	}
+	impl, err := ev.NewEvent(timing)
+	if err != nil {
+		return nil, fmt.Errorf("device %d: new event: %w", d.ID, err)
+	}
+	return &Event{dev: d, impl: impl, timing: timing}, nil
+}
+
+// Device returns the event's device.
+func (e *Event) Device() *Device { return e.dev }
+
+func (e *Event) live(what string) error {
+	if e.closed {
+		return fmt.Errorf("device %d: %s: %w: the event is closed", e.dev.ID, what, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Record captures the work issued on q so far (q must be a queue of the
+// event's device): the event completes once that work has, never earlier.
+// Recording again moves the event to the new point.
+func (e *Event) Record(q *Queue) error {
+	if e == nil || e.impl == nil {
+		return fmt.Errorf("record: a nil event: %w", ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live("record"); err != nil {
+		return err
+	}
+	if q == nil || q.dev != e.dev {
+		return fmt.Errorf("device %d: record an event: %w: the queue must be one of the event's device", e.dev.ID, ErrInvalidArgument)
+	}
+	var limit uint64
+	err := q.issue(func(qi plugin.QueueImpl) error {
+		q.mu.Lock()
+		limit = q.seq
+		q.mu.Unlock()
+		return e.impl.Record(qi)
+	}, pending{})
+	if err != nil {
+		return fmt.Errorf("device %d: record an event: %w", e.dev.ID, err)
+	}
+	e.q, e.limit, e.recorded = q, limit, true
+	return nil
+}
+
+// WaitEvent makes the work issued on q from now on wait for the work e
+// captured, without blocking the host (cuStreamWaitEvent; on HSA the next
+// copy depends on the event's signal). e may belong to another device of
+// the same plugin. Across plugins, or on the host device (whose queues do
+// their work at once), the host waits for e before WaitEvent returns. An
+// event never recorded orders nothing.
+func (q *Queue) WaitEvent(e *Event) error {
+	if e == nil || e.impl == nil {
+		return fmt.Errorf("wait for an event: a nil event: %w", ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live("wait for an event"); err != nil {
+		return err
+	}
+	if q == nil {
+		return fmt.Errorf("wait for an event: a nil queue: %w", ErrInvalidArgument)
+	}
+	if !e.recorded {
+		return nil
+	}
+	if q.dev.plugin != e.dev.plugin || q.dev.host {
+		if err := e.impl.Synchronize(); err != nil {
+			return fmt.Errorf("device %d: wait for an event of device %d: %w", q.dev.ID, e.dev.ID, err)
+		}
+		return nil
+	}
+	if err := q.issue(func(qi plugin.QueueImpl) error { return e.impl.Wait(qi) }, pending{}); err != nil {
+		return fmt.Errorf("device %d: wait for an event of device %d: %w", q.dev.ID, e.dev.ID, err)
+	}
+	return nil
+}
+
+// Query reports whether the work the event captured has completed (true
+// for an event never recorded). It never blocks.
+func (e *Event) Query() (bool, error) {
+	if e == nil || e.impl == nil {
+		return false, fmt.Errorf("query an event: a nil event: %w", ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.live("query an event"); err != nil {
+		return false, err
+	}
+	if !e.recorded {
+		return true, nil
+	}
+	ok, err := e.impl.Query()
+	if err != nil {
+		return false, fmt.Errorf("device %d: query an event: %w", e.dev.ID, err)
+	}
+	if ok {
+		e.q.releaseBefore(e.limit)
+	}
+	return ok, nil
+}
+
+// Synchronize waits until the work the event captured has completed. A
+// context that can be cancelled is polled (the driver's query, backing off
+// from 20 µs to 2 ms): cancellation returns ctx.Err() and changes nothing.
+// With context.Background it blocks in the driver.
+func (e *Event) Synchronize(ctx context.Context) error {
+	if e == nil || e.impl == nil {
+		return fmt.Errorf("synchronize an event: a nil event: %w", ErrInvalidArgument)
+	}
+	if ctx.Done() == nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if err := e.live("synchronize an event"); err != nil {
+			return err
+		}
+		if !e.recorded {
+			return nil
+		}
+		if err := e.impl.Synchronize(); err != nil {
+			return fmt.Errorf("device %d: synchronize an event: %w", e.dev.ID, err)
+		}
+		e.q.releaseBefore(e.limit)
+		return nil
+	}
+	return poll(ctx, e.Query)
+}
+
+// Elapsed is the time from start's completion to end's (cuEventElapsedTime,
+// about half a microsecond of resolution): both recorded, complete, timing
+// events of the same plugin. An event not recorded is ErrNotRecorded, one
+// not complete yet an error from the driver (CUDA_ERROR_NOT_READY); a
+// driver that cannot time (HSA here) is errors.ErrUnsupported.
+func Elapsed(start, end *Event) (time.Duration, error) {
+	if start == nil || end == nil || start.impl == nil || end.impl == nil {
+		return 0, fmt.Errorf("elapsed time: a nil event: %w", ErrInvalidArgument)
+	}
+	if start.dev.plugin != end.dev.plugin {
+		return 0, fmt.Errorf("elapsed time between events of device %d and %d: %w: two plugins", start.dev.ID, end.dev.ID, ErrInvalidArgument)
+	}
+	if !start.timing || !end.timing {
+		return 0, fmt.Errorf("elapsed time: %w: an event created without timing", ErrInvalidArgument)
+	}
+	for _, e := range []*Event{start, end} {
+		e.mu.Lock()
+		err := e.live("elapsed time")
+		rec := e.recorded
+		e.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		if !rec {
+			return 0, fmt.Errorf("elapsed time: device %d: %w", e.dev.ID, ErrNotRecorded)
+		}
+	}
+	d, err := end.impl.Elapsed(start.impl)
+	if err != nil {
+		return 0, fmt.Errorf("elapsed time between events of device %d and %d: %w", start.dev.ID, end.dev.ID, err)
+	}
+	return d, nil
+}
+
+// Close releases the event. Queues waiting for it still wait.
+func (e *Event) Close() error {
+	if e == nil || e.impl == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	if err := e.impl.Destroy(); err != nil {
+		return fmt.Errorf("device %d: destroy an event: %w", e.dev.ID, err)
+	}
+	return nil
+}
+
+// SynchronizeContext is Synchronize that gives up when ctx is done: it
+// polls the queue (the driver's query, backing off from 20 µs to 2 ms) and
+// returns ctx.Err() on cancellation, leaving the queue usable and its work
+// running. With a context that cannot be cancelled it is Synchronize.
+func (q *Queue) SynchronizeContext(ctx context.Context) error {
+	if ctx.Done() == nil {
+		return q.Synchronize()
+	}
+	return poll(ctx, q.Query)
+}
+
+// poll calls done until it reports true or fails, or ctx is done.
+func poll(ctx context.Context, done func() (bool, error)) error {
+	wait := 20 * time.Microsecond
+	var t *time.Timer
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Millisecond)
+	}
+}
+
+// releaseBefore releases q's pending entries handed over before limit: the
+// work before them completed (an event recorded after it did).
+func (q *Queue) releaseBefore(limit uint64) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	done := q.takeLocked(limit)
+	q.mu.Unlock()
+	q.dev.release(done)
+}

@@ -12,12 +12,15 @@
 //		{Key: kmp.AtkPinned, Value: kmp.AtvTrue},
 //		{Key: kmp.AtkAlignment, Value: 64},
 //	})
-//	p := kmp.Alloc(1<<20, h) // nil on failure, as omp_alloc
-//	defer kmp.Free(p, h)
-//	defer kmp.DestroyAllocator(h)
+//	defer kmp.DestroyAllocator(h) // deferred first, runs last
+//	p := kmp.Alloc(1<<20, h)      // nil on failure, as omp_alloc
+//	defer kmp.Free(p, h)          // runs before DestroyAllocator
 //
 // Device memory and copies: TargetAlloc, TargetMemcpy (the initial device,
-// GetInitialDevice, is the host on every machine). Page-locking memory you
+// GetInitialDevice, is the host on every machine). The device data
+// environment: TargetAssociatePtr / TargetDisassociatePtr,
+// TargetIsPresent, GetMappedPtr and TargetIsAccessible, with LLVM's
+// answers (api.cpp). Page-locking memory you
 // own for a device: TargetLockMem and TargetUnlockMem, LLVM's
 // llvm_omp_target_lock_mem, reference-counted when nested. Bad input never
 // aborts: it gives nil (or nothing, or -1) and one line on stderr,

@@ -2,19 +2,27 @@
 # gpu-check.sh — the checks for a machine with an NVIDIA GPU. Two steps,
 # because such machines often have no Go, no C compiler and no source tree:
 #
-#   scripts/gpu-check.sh build [DIR]      # here: test binaries, the CLI and this script into DIR (default .gpu)
+#   scripts/gpu-check.sh build [DIR]      # here: test binaries, the CLI, the probe and this script into DIR (default .gpu)
 #   DIR/gpu-check.sh run [DIR] [OUT]      # there: run them against the machine's libcuda, results into OUT
+#   DIR/gpu-check.sh probe [DIR] [OUT]    # there, in minutes: only the probe's questions, OUT/probe.json
 #
 # Copy DIR alone to the GPU host (it holds this script too); `run` needs only
-# bash, coreutils, grep, sed and the driver. GOARCH=arm64 builds for a
-# GH200/Grace host.
+# bash, coreutils (timeout among them), grep, sed, awk and the driver.
+# GOARCH=arm64 builds for a GH200/Grace host.
 #
-# `run` loads OMPALLOC_CUDA_LIBRARY when set (so the same bundle dry-runs
-# against the project's fake libcuda), else libcuda.so.1 as ldconfig finds
-# it; OMPALLOC_REAL_CUDA is set to the same file. It runs, each from an empty
-# directory (alloc's with OMP_DEFAULT_DEVICE=initial: its tests take the
-# default device for the host, whose pinning is mlock and shows in VmLck; the
-# GPU stays device 0 for the tests that address it):
+# `run` and `probe` load OMPALLOC_CUDA_LIBRARY when set (so the same bundle
+# dry-runs against the project's fake libcuda), else libcuda.so.1 as
+# `ldconfig -p` finds it for the bundle's architecture (x86-64 or AArch64:
+# a 32-bit compat entry listed first is passed over); OMPALLOC_REAL_CUDA is
+# set to the same file. The test binaries remove the user's OMP_* and
+# OMPALLOC_* settings themselves (internal/testenv), so a GPU container's
+# OMPALLOC_PINNED_LIMIT=0 does not change them. Every step runs under
+# `timeout` (TEST_TIMEOUT, INFO_TIMEOUT, BENCH_TIMEOUT, PROBE_TIMEOUT,
+# TORCH_TIMEOUT, seconds: 330, 120, 1800, 600, 900); one that runs out
+# fails the run (torch's is reported only). `run` runs,
+# each from an empty directory (alloc's with OMP_DEFAULT_DEVICE=initial:
+# its tests take the default device for the host, whose pinning is mlock and
+# shows in VmLck; the GPU stays device 0 for the tests that address it):
 #   - the test binaries (target/cuda's real-driver test, target, kmp, alloc,
 #     pinned, loader, internal/fakedrv; tests that need a C compiler to build
 #     the fake drivers skip, saying so): OUT/tests.log, one line per package;
@@ -24,18 +32,27 @@
 #     RLIMIT_MEMLOCK, which the NVIDIA driver's pinning does not use): H2D
 #     and D2H bandwidth 4 KiB .. 1 GiB from pageable, pinned-allocator and
 #     lock_mem'd memory against the driver's own peak in the same run
-#     (cuMemAllocHost + cuMemcpy*Async), ours/peak, and small-copy latency
-#     with and without the staging pool: OUT/bench.json, OUT/bench.svg.
-#     BENCH_TIME (default 200ms per case) and BENCH_SIZES (a list such as
-#     4K,64M,1G; default the bench's own) tune it;
+#     (cuMemAllocHost + cuMemcpy*Async), ours/peak, every host buffer on the
+#     GPU's NUMA node (bench.json's device.host_nodes says where each really
+#     is), and small-copy latency with and without the staging pool:
+#     OUT/bench.json, OUT/bench.svg, progress lines in OUT/bench.err.
+#     It is the --full run. BENCH_TIME (default 200ms per run of a case),
+#     BENCH_REPEAT (runs per case, default 3) and BENCH_SIZES (a list such
+#     as 4K,64M,1G; default the bench's own) tune it;
+#   - gpuprobe, the driver's answers to the questions the design rests on
+#     (mixed and adjacent registrations, shared pages, PORTABLE DMA timing,
+#     release while busy, the caller's context, pinned/peak per node):
+#     OUT/probe.json (PROBE_SIZE, default 256M, sizes its buffers);
 #   - where python3 has torch, torch-peak.py: PyTorch's pin_memory() H2D and
 #     D2H at the same sizes, in the same run: OUT/torch.json.
 # OUT/summary.json: {libcuda, arch, tests_passed, tests_failed,
 # tests_skipped, packages_failed, bench_errors (failed h2d, d2h and
-# small_copy cases), goals, torch (measured / absent / failed: why),
-# status}; status is 0 when every test binary,
-# info and bench succeeded and measured transfers, none failing. The goals
-# (met / missed / unmeasured) are reported, not enforced.
+# small_copy cases), goals, probe (measured / failed: why), torch
+# (measured / absent / failed: why), timed_out (the steps that ran out of
+# time), status}; status is 0 when every test binary, info, bench and the
+# probe succeeded and the bench measured transfers, none failing. The goals
+# (met / missed / unmeasured) and the probe's answers are reported, not
+# enforced.
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-.gpu}
@@ -55,30 +72,72 @@ build)
 		CGO_ENABLED=0 GOOS=linux GOARCH=$arch go test -c -trimpath -ldflags="-s -w" -o "$dir/$(echo "$pkg" | tr / _).test" "./$pkg"
 	done
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/ompalloc" ./cmd/ompalloc
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/gpuprobe" ./internal/cmd/gpuprobe
 	cp scripts/gpu-check.sh "$dir/gpu-check.sh"
 	cp scripts/torch-peak.py "$dir/torch-peak.py"
 	printf 'commit %s\ngo %s\narch linux/%s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 		"$(go env GOVERSION)" "$arch" >"$dir/BUILD"
 	ls -l "$dir"
 	;;
-run)
+run | probe)
 	[[ -d $dir ]] || { echo "gpu-check: no bundle at $dir (make one with: gpu-check.sh build $dir)" >&2; exit 1; }
 	dir=$(cd "$dir" && pwd)
 	tests=("$dir"/*.test)
-	[[ -e ${tests[0]} && -x $dir/ompalloc ]] || { echo "gpu-check: $dir holds no test binaries or no ompalloc" >&2; exit 1; }
+	if [[ $cmd == run ]]; then
+		[[ -e ${tests[0]} && -x $dir/ompalloc ]] || { echo "gpu-check: $dir holds no test binaries or no ompalloc" >&2; exit 1; }
+	else
+		[[ -x $dir/gpuprobe ]] || { echo "gpu-check: $dir holds no gpuprobe (an older bundle: build it again)" >&2; exit 1; }
+	fi
 	out=${3:-${OUT:-gpu-out}}
 	mkdir -p "$out"
 	out=$(cd "$out" && pwd)
 	lib=${OMPALLOC_CUDA_LIBRARY:-}
 	if [[ -z $lib ]] && command -v ldconfig >/dev/null; then
-		lib=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+		# The entry of the bundle's architecture: a host may list a 32-bit
+		# (libc6) compat library first.
+		want=x86-64
+		grep -q '^arch linux/arm64$' "$dir/BUILD" 2>/dev/null && want=AArch64
+		lib=$(ldconfig -p | awk -v want="$want" '
+			/^[ \t]*libcuda\.so\.1 / { if (first == "") first = $NF; if (index($0, "," want ")")) { print $NF; found = 1; exit } }
+			END { if (!found && first != "") print first }')
 	fi
 	[[ -n $lib && -e $lib ]] || {
 		echo "gpu-check: no libcuda.so.1 (ldconfig finds none; set OMPALLOC_CUDA_LIBRARY)" >&2
 		exit 1
 	}
 	export OMPALLOC_CUDA_LIBRARY=$lib OMPALLOC_REAL_CUDA=$lib
+	timedout=()
+	# limited NAME SECONDS DIR CMD...: CMD run in DIR under timeout; a run
+	# out of time is recorded in timed_out and fails like any other failure.
+	limited() {
+		local name=$1 secs=$2 wd=$3 rc=0
+		shift 3
+		(cd "$wd" && exec timeout -k 10 "$secs" "$@") || rc=$?
+		if ((rc == 124 || rc == 137)); then
+			timedout+=("\"$name\"")
+			echo "gpu-check: $name ran out of its ${secs}s" >&2
+		fi
+		return $rc
+	}
+	# The probe: its answers are reported; a probe that cannot finish fails.
+	probe="absent: no gpuprobe in the bundle"
+	if [[ -x $dir/gpuprobe ]]; then
+		work=$(mktemp -d)
+		if limited probe "${PROBE_TIMEOUT:-600}" "$work" "$dir/gpuprobe" -lib "$lib" -size "${PROBE_SIZE:-256M}" -o "$out/probe.json" 2>"$out/probe.err"; then
+			probe=measured
+		else
+			probe="failed: $(grep . "$out/probe.err" | tail -n 1 | tr -d '"\\')"
+		fi
+		rm -rf "$work"
+	fi
+	if [[ $cmd == probe ]]; then
+		cat "$out/probe.json" 2>/dev/null || true
+		echo "gpu-check: probe $probe" >&2
+		[[ $probe == measured ]]
+		exit
+	fi
 	status=0 passed=0 failed=0 skipped=0 pkgfail=()
+	[[ $probe == measured || $probe == absent* ]] || status=1
 	: >"$out/tests.log"
 	for t in "${tests[@]}"; do
 		name=$(basename "$t" .test)
@@ -89,7 +148,7 @@ run)
 		# the host's mlock moves: the host is their default device here.
 		defdev=${OMP_DEFAULT_DEVICE:-}
 		[[ $name == alloc ]] && defdev=initial
-		(cd "$work" && OMP_DEFAULT_DEVICE=$defdev "$t" -test.v -test.count=1 -test.timeout 300s) >"$log" 2>&1 || rc=$?
+		OMP_DEFAULT_DEVICE=$defdev limited "$name" "${TEST_TIMEOUT:-330}" "$work" "$t" -test.v -test.count=1 -test.timeout 300s >"$log" 2>&1 || rc=$?
 		rm -rf "$work"
 		p=$(grep -c -- '^--- PASS' "$log" || true)
 		f=$(grep -c -- '^--- FAIL' "$log" || true)
@@ -101,10 +160,11 @@ run)
 		printf '%-22s rc=%d pass=%d fail=%d skip=%d\n' "$name" "$rc" "$p" "$f" "$s" >>"$out/tests.log"
 	done
 	cat "$out/tests.log"
-	"$dir/ompalloc" info --json >"$out/info.json" 2>"$out/info.err" || status=1
+	limited info "${INFO_TIMEOUT:-120}" . "$dir/ompalloc" info --json >"$out/info.json" 2>"$out/info.err" || status=1
 	sizes=()
-	[[ -n ${BENCH_SIZES:-} ]] && sizes=(--sizes "$BENCH_SIZES")
-	OMPALLOC_PINNED_LIMIT=0 "$dir/ompalloc" bench --json --svg "$out/bench.svg" --time "${BENCH_TIME:-200ms}" "${sizes[@]}" \
+	[[ -n ${BENCH_SIZES:-} ]] && sizes+=(--sizes "$BENCH_SIZES")
+	OMPALLOC_PINNED_LIMIT=0 limited bench "${BENCH_TIMEOUT:-1800}" . "$dir/ompalloc" bench --full --json --svg "$out/bench.svg" \
+		--time "${BENCH_TIME:-200ms}" --repeat "${BENCH_REPEAT:-3}" "${sizes[@]}" \
 		>"$out/bench.json" 2>"$out/bench.err" || status=1
 	# A failed transfer case is a failure of the run; goals are reported.
 	benchErrors=$(awk '/"group":/ { g = $2 } /"error":/ && g ~ /"(h2d|d2h|small_copy)"/ { n++ } END { print n + 0 }' "$out/bench.json")
@@ -117,11 +177,17 @@ run)
 	# (reported, never part of the status).
 	torch="absent: no python3 with torch"
 	if [[ -e $dir/torch-peak.py ]] && command -v python3 >/dev/null && python3 -c 'import torch' 2>/dev/null; then
-		if python3 "$dir/torch-peak.py" "${BENCH_SIZES:-default}" "${BENCH_TIME:-200ms}" >"$out/torch.json" 2>"$out/torch.err"; then
+		if timeout -k 10 "${TORCH_TIMEOUT:-900}" python3 "$dir/torch-peak.py" "${BENCH_SIZES:-default}" "${BENCH_TIME:-200ms}" >"$out/torch.json" 2>"$out/torch.err"; then
 			torch=measured
 		else
 			torch="failed: $({ cat "$out/torch.err"; grep '"error"' "$out/torch.json"; } 2>/dev/null | grep . | tail -n 1 | tr -d '"\\' | sed 's/^ *//')"
 		fi
+	fi
+	if ((${#timedout[@]})); then
+		(
+			IFS=,
+			echo "gpu-check: ran out of time: ${timedout[*]}" | tr -d '"' >&2
+		)
 	fi
 	goals=$(sed -n '/^  "goals": \[/,/^  \],\{0,1\}$/p' "$out/bench.json" | sed '1s/.*/[/; $s/.*/]/')
 	[[ -n $goals ]] || goals=[]
@@ -131,7 +197,11 @@ run)
 		printf '{"libcuda":"%s","arch":"%s","tests_passed":%d,"tests_failed":%d,"tests_skipped":%d,"packages_failed":[%s],' \
 			"$lib" "$arch" "$passed" "$failed" "$skipped" "${pkgfail[*]}"
 	) >"$out/summary.json"
-	printf '"bench_errors":%d,"goals":%s,"torch":"%s","status":%d}\n' "$benchErrors" "$goals" "$torch" "$status" >>"$out/summary.json"
+	(
+		IFS=,
+		printf '"bench_errors":%d,"goals":%s,"probe":"%s","torch":"%s","timed_out":[%s],"status":%d}\n' \
+			"$benchErrors" "$goals" "$probe" "$torch" "${timedout[*]}" "$status"
+	) >>"$out/summary.json"
 	cat "$out/summary.json"
 	exit $status
 	;;

@@ -7,17 +7,18 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ompalloc/ompalloc/target"
 )
 
-const benchUsage = `Usage: ompalloc bench [--json] [--svg FILE] [--time D] [--sizes LIST] [--regions LIST] [--device N]
+const benchUsage = `Usage: ompalloc bench [--full] [--json] [--svg FILE] [--time D] [--repeat N] [--sizes LIST] [--regions LIST] [--device N] [--quiet]
 
 Measures, on this machine, what deciding whether to pin needs:
   alloc_free    alloc+free of one block per allocator (default, align64,
-                pinned) and size (64 B .. 64 MiB)
+                pinned) and size (64 B .. 64 MiB), wall time per pair
   alloc_goroutines  alloc+free of 64 B in 1..16 goroutines at once: the CPU
                 time per pair (flat means no cost that grows with goroutines)
   block_memory  resident bytes per block with up to 1,000,000 live, ompalloc
@@ -37,9 +38,15 @@ Measures, on this machine, what deciding whether to pin needs:
                 cuMemcpy*Async on a stream): the others show ours/peak
   small_copy    with a GPU: submit+synchronize latency of small copies on a
                 queue, with and without the pinned staging pool
-Each case runs for about --time. A table is printed at the end (JSON with
---json), then the transfer goals, met or missed; --svg also draws the results
-as a chart. Progress goes to stderr when it is a terminal.
+Each case runs --repeat times (default 3), each run for about --time; the
+figure is the median run, with the fastest and slowest beside it. The
+default run measures every group at a few sizes, 40 ms per run: 10-20 s
+without a GPU. --full measures every group at every power of 4 (transfers
+up to 1 GiB, pin_huge 1 GiB), 200 ms per run: a few minutes; the README's
+figures come from it. A table is printed at the end (JSON with --json),
+then the transfer goals, met or missed; --svg also draws every group as a
+chart, with error bars from the slowest to the fastest run. Progress goes
+to stderr: a bar on a terminal, else one line per case (--quiet: none).
 
 Flags:
 `
@@ -55,8 +62,10 @@ type BenchReport struct {
 	OS           string        `json:"os"`
 	Arch         string        `json:"arch"`
 	CPUs         int           `json:"cpus"`
-	TimePerCase  string        `json:"time_per_case"`
-	TimePerCaseN int64         `json:"time_per_case_ns"`
+	Mode         string        `json:"mode"`             // "quick" (the default) or "full"
+	TimePerCase  string        `json:"time_per_case"`    // one run of a case
+	TimePerCaseN int64         `json:"time_per_case_ns"` // the same in ns
+	RunsPerCase  int           `json:"runs_per_case"`
 	Device       *BenchDevice  `json:"device"` // the device of the transfer groups; null without one
 	Results      []BenchResult `json:"results"`
 	Skipped      []BenchSkip   `json:"skipped"`
@@ -69,6 +78,12 @@ type BenchDevice struct {
 	Number int    `json:"number"`
 	Plugin string `json:"plugin"`
 	Name   string `json:"name"`
+	// NUMANode is the device's node (-1: unknown). Every host buffer of the
+	// transfer groups is placed there; HostNodes says where each series'
+	// buffer really is (move_pages on a sample of its pages: a node list,
+	// or why it is unknown), so a figure from a far node is told apart.
+	NUMANode  int               `json:"numa_node"`
+	HostNodes map[string]string `json:"host_nodes,omitempty"`
 }
 
 // BenchResult is one measured case.
@@ -78,10 +93,13 @@ type BenchResult struct {
 	SizeBytes  int64   `json:"size_bytes,omitempty"`
 	Regions    int64   `json:"regions,omitempty"`
 	Goroutines int64   `json:"goroutines,omitempty"` // alloc_goroutines: how many at once
-	NsPerOp    float64 `json:"ns_per_op"`            // 0 when Error is set
-	GBPerS     float64 `json:"gb_per_s,omitempty"`   // h2d and d2h: 10^9 bytes per second
+	NsPerOp    float64 `json:"ns_per_op"`            // the median run's; 0 when Error is set
+	NsMin      float64 `json:"ns_min,omitempty"`     // the fastest run's
+	NsMax      float64 `json:"ns_max,omitempty"`     // the slowest run's
+	Runs       int     `json:"runs"`                 // runs of the case (--repeat; block_memory: 1)
+	GBPerS     float64 `json:"gb_per_s,omitempty"`   // h2d and d2h: 10^9 bytes per second, of the median run
 	OfPeak     float64 `json:"of_peak,omitempty"`    // h2d and d2h: GBPerS over the driver peak's at this size, this run
-	Iterations int     `json:"iterations"`
+	Iterations int     `json:"iterations"`           // operations timed, all runs together
 	// block_memory: resident bytes per live block (NsPerOp is 0)
 	BytesPerBlock float64 `json:"bytes_per_block,omitempty"`
 	Error         string  `json:"error,omitempty"`
@@ -96,20 +114,47 @@ type BenchSkip struct {
 type benchConfig struct {
 	asJSON   bool
 	svg      string
-	perCase  time.Duration
+	full     bool
+	perCase  time.Duration // one run of a case; 0: the mode's default
+	repeat   int
+	quiet    bool
 	sizes    []int64 // nil: each group's default
 	regions  []int64
 	device   int // -1: the first accelerator
 	progress io.Writer
+	lines    io.Writer // one line per case where progress has no terminal
 }
 
-// Default sizes (powers of 4) and region counts.
-var (
-	defaultAllocSizes = powersOf4(64, 64<<20)
-	defaultGPUSizes   = powersOf4(4<<10, 1<<30)
-	defaultSmallSizes = []int64{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
-	defaultRegions    = []int64{100, 10_000, 100_000}
+// The time per run of a case, and runs per case, by default: the quick run
+// fits in about 10 s (README), --full takes minutes.
+const (
+	quickPerCase = 40 * time.Millisecond
+	fullPerCase  = 200 * time.Millisecond
+	defaultRuns  = 3
 )
+
+// Default sizes and region counts: the quick run measures each group at a
+// few points, --full at every power of 4.
+var (
+	fullAllocSizes  = powersOf4(64, 64<<20)
+	quickAllocSizes = []int64{64, 4 << 10, 256 << 10, 64 << 20}
+	fullGPUSizes    = powersOf4(4<<10, 1<<30)
+	quickGPUSizes   = []int64{4 << 10, 1 << 20, 64 << 20}
+	fullSmallSizes  = []int64{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	quickSmallSizes = []int64{64, 4 << 10, 64 << 10}
+	defaultRegions  = []int64{100, 10_000, 100_000}
+)
+
+// pick returns --sizes when given, else the mode's default.
+func (c *benchConfig) pick(quick, full []int64) []int64 {
+	if c.sizes != nil {
+		return c.sizes
+	}
+	if c.full {
+		return full
+	}
+	return quick
+}
 
 func powersOf4(lo, hi int64) []int64 {
 	var s []int64
@@ -151,10 +196,14 @@ func benchFlags() (*flag.FlagSet, *benchConfig) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.BoolVar(&c.asJSON, "json", false, "write JSON instead of the table")
 	fs.StringVar(&c.svg, "svg", "", "also write a chart of the results to `FILE` (SVG)")
-	fs.DurationVar(&c.perCase, "time", 200*time.Millisecond, "measuring time per case, as a Go `duration`")
+	fs.BoolVar(&c.full, "full", false, "the fuller run: every group at every power of 4, 200ms per run (minutes)")
+	fs.DurationVar(&c.perCase, "time", 0, "measuring time per run of a case, as a Go `duration` (default 40ms; 200ms with --full)")
+	fs.IntVar(&c.repeat, "repeat", defaultRuns, "`N` runs per case: the median is the figure, the fastest and slowest its spread")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress on stderr")
 	fs.Var(listFlag{&c.sizes, parseSize, ""}, "sizes",
 		"block and copy sizes for every group, a comma-separated `LIST` like 64,4K,1M\n"+
-			"(default: 64 B..64 MiB in powers of 4; transfers 4 KiB..1 GiB; small copies 64 B..64 KiB)")
+			"(default: 64 B, 4 KiB, 256 KiB, 64 MiB; transfers 4 KiB, 1 MiB, 64 MiB; small copies 64 B, 4 KiB, 64 KiB;\n"+
+			"with --full every power of 4: 64 B..64 MiB, transfers 4 KiB..1 GiB)")
 	fs.Var(listFlag{&c.regions, parseCount, "100,10000,100000"}, "regions", "numbers of locked regions for lock_regions, a `LIST`")
 	fs.IntVar(&c.device, "device", -1, "device `N` for the transfer groups (default: the first accelerator;\nthe host's number measures host memcpy)")
 	return fs, c
@@ -165,8 +214,19 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseFlags(fs, benchUsage, args, stdout, stderr); !ok {
 		return code
 	}
+	if c.perCase == 0 {
+		c.perCase = quickPerCase
+		if c.full {
+			c.perCase = fullPerCase
+		}
+	}
 	if c.perCase <= 0 || c.perCase > 10*time.Minute {
 		fmt.Fprintf(stderr, "%s bench: --time %v: want a duration between 1ns and 10m\n\n", programName, c.perCase)
+		printUsage(stderr, fs, benchUsage)
+		return exitUsage
+	}
+	if c.repeat < 1 || c.repeat > 100 {
+		fmt.Fprintf(stderr, "%s bench: --repeat %d: want 1 to 100 runs per case\n\n", programName, c.repeat)
 		printUsage(stderr, fs, benchUsage)
 		return exitUsage
 	}
@@ -180,8 +240,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	if isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr) {
+	switch {
+	case c.quiet:
+	case isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr):
 		c.progress = stderr
+	default:
+		// Redirected (a log, CI, gpu-check's bench.err): a line per case,
+		// so a long run shows how far it got.
+		c.lines = stderr
 	}
 
 	rep := runBenchmarks(c)
@@ -240,19 +306,22 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 	rep := &BenchReport{
 		Schema: BenchSchema, Version: version(), Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
 		CPUs: runtime.NumCPU(), TimePerCase: c.perCase.String(), TimePerCaseN: int64(c.perCase),
-		Results: []BenchResult{}, Skipped: []BenchSkip{},
+		RunsPerCase: max(c.repeat, 1), Mode: "quick", Results: []BenchResult{}, Skipped: []BenchSkip{},
+	}
+	if c.full {
+		rep.Mode = "full"
 	}
 	var sections []*benchSection
 	pinHuge, skip := pinHugeSection(c)
 	if skip != nil {
 		rep.Skipped = append(rep.Skipped, *skip)
 	}
-	sections = append(sections, allocSection(c), goroutinesSection(), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
+	sections = append(sections, allocSection(c), goroutinesSection(c), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
 		partitionSection(), pinHuge)
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
-		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name}
-		sections = append(sections, transferSection(c, gpu), smallCopySection(c, gpu))
+		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name, NUMANode: in.NUMANode}
+		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu))
 	} else {
 		for _, g := range []string{"h2d", "d2h", "small_copy"} {
 			rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})
@@ -264,6 +333,7 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		total += len(s.cases)
 	}
 	bar := newProgress(c.progress, total)
+	bar.lines = c.lines
 	for _, s := range sections {
 		var setupErr error
 		if s.setup != nil && len(s.cases) > 0 {
@@ -271,26 +341,10 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 		}
 		for _, bc := range s.cases {
 			bar.show(bc)
-			res := BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions, Goroutines: bc.goroutines}
-			err := setupErr
-			if err == nil {
-				err = guard(func() error {
-					var e error
-					if bc.perBlock != nil {
-						res.BytesPerBlock, e = bc.perBlock()
-						return e
-					}
-					res.NsPerOp, res.Iterations, e = bc.run(c.perCase)
-					return e
-				})
-			}
-			if err != nil {
-				res.NsPerOp, res.Iterations, res.Error = 0, 0, oneLine(err.Error())
-			} else if (bc.group == "h2d" || bc.group == "d2h") && res.NsPerOp > 0 {
-				res.GBPerS = float64(bc.size) / res.NsPerOp // bytes per ns = GB/s
-			}
+			caseStart := time.Now()
+			res := runCase(c, bc, setupErr)
 			rep.Results = append(rep.Results, res)
-			bar.done()
+			bar.done(res, time.Since(caseStart))
 		}
 		if s.teardown != nil {
 			_ = guard(func() error { s.teardown(); return nil })
@@ -301,6 +355,62 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 	rep.Goals = benchGoals(rep)
 	rep.ElapsedNs = int64(time.Since(start))
 	return rep
+}
+
+// runCase runs one case --repeat times (block_memory once: a child
+// process of up to 256 MiB each) and gives the median run's figure with
+// the fastest and slowest beside it.
+func runCase(c *benchConfig, bc *benchCase, setupErr error) BenchResult {
+	res := BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions, Goroutines: bc.goroutines}
+	err := setupErr
+	if err == nil && bc.perBlock != nil {
+		err = guard(func() error {
+			var e error
+			res.BytesPerBlock, e = bc.perBlock()
+			return e
+		})
+		res.Runs = 1
+	} else if err == nil {
+		var runs []float64
+		for range max(c.repeat, 1) {
+			var ns float64
+			var it int
+			if err = guard(func() error {
+				var e error
+				ns, it, e = bc.run(c.perCase)
+				return e
+			}); err != nil {
+				break
+			}
+			runs = append(runs, ns)
+			res.Iterations += it
+		}
+		if err == nil {
+			res.Runs = len(runs)
+			res.NsPerOp, res.NsMin, res.NsMax = spread(runs)
+		}
+	}
+	if err != nil {
+		return BenchResult{Group: bc.group, Series: bc.series, SizeBytes: bc.size, Regions: bc.regions, Goroutines: bc.goroutines,
+			Error: oneLine(err.Error())}
+	}
+	if (bc.group == "h2d" || bc.group == "d2h") && res.NsPerOp > 0 {
+		res.GBPerS = float64(bc.size) / res.NsPerOp // bytes per ns = GB/s
+	}
+	return res
+}
+
+// spread returns the median, the least and the greatest of v (not empty);
+// the median of an even count is the mean of the middle two.
+func spread(v []float64) (median, lo, hi float64) {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	median = s[n/2]
+	if n%2 == 0 {
+		median = (s[n/2-1] + s[n/2]) / 2
+	}
+	return median, s[0], s[n-1]
 }
 
 // guard runs f, turning a panic into an error: one broken case must not
@@ -335,10 +445,11 @@ func pickDevice(c *benchConfig) (*target.Device, string) {
 	return d, ""
 }
 
-// progress draws a one-line bar on a terminal; with a nil writer it does
-// nothing.
+// progress draws a one-line bar on a terminal, or writes one line per
+// finished case to lines; with neither it does nothing.
 type progress struct {
 	w            io.Writer
+	lines        io.Writer
 	total, ndone int
 	start        time.Time
 }
@@ -353,13 +464,7 @@ func (p *progress) show(bc *benchCase) {
 	}
 	const width = 24
 	fill := p.ndone * width / p.total
-	what := bc.group + " " + bc.series
-	if bc.size > 0 {
-		what += " " + fmtBytes(bc.size)
-	}
-	if bc.regions > 0 {
-		what += fmt.Sprintf(" %d regions", bc.regions)
-	}
+	what := caseName(bc.group, bc.series, bc.size, bc.regions, bc.goroutines)
 	line := fmt.Sprintf("[%s%s] %d/%d %s", strings.Repeat("#", fill), strings.Repeat(".", width-fill), p.ndone, p.total, what)
 	if len(line) > 78 {
 		line = line[:78]
@@ -367,7 +472,28 @@ func (p *progress) show(bc *benchCase) {
 	fmt.Fprintf(p.w, "\r%-78s", line)
 }
 
-func (p *progress) done() { p.ndone++ }
+// caseName is how progress names a case: "alloc_free pinned 4 KiB".
+func caseName(group, series string, size, regions, goroutines int64) string {
+	what := group + " " + series
+	if goroutines > 0 {
+		what += fmt.Sprintf(" %d goroutines", goroutines)
+	} else if size > 0 {
+		what += " " + fmtBytes(size)
+	}
+	if regions > 0 {
+		what += fmt.Sprintf(" %d regions", regions)
+	}
+	return what
+}
+
+func (p *progress) done(r BenchResult, took time.Duration) {
+	p.ndone++
+	if p.lines == nil {
+		return
+	}
+	fmt.Fprintf(p.lines, "bench: [%d/%d] %s: %s (%.1fs; %.0fs in all)\n", p.ndone, p.total,
+		caseName(r.Group, r.Series, r.SizeBytes, r.Regions, r.Goroutines), cellText(r), took.Seconds(), time.Since(p.start).Seconds())
+}
 
 func (p *progress) finish() {
 	if p.w == nil || p.total == 0 {

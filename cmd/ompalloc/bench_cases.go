@@ -3,24 +3,19 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
-
-func sizesOr(c *benchConfig, def []int64) []int64 {
-	if c.sizes != nil {
-		return c.sizes
-	}
-	return def
-}
 
 func maxOf(s []int64) int64 {
 	m := int64(0)
@@ -70,7 +65,7 @@ func allocSection(c *benchConfig) *benchSection {
 		}
 	}
 	for _, series := range []string{"default", "align64", "pinned"} {
-		for _, size := range sizesOr(c, defaultAllocSizes) {
+		for _, size := range c.pick(quickAllocSizes, fullAllocSizes) {
 			series, size := series, uintptr(size)
 			s.cases = append(s.cases, &benchCase{group: "alloc_free", series: series, size: int64(size),
 				run: func(budget time.Duration) (float64, int, error) {
@@ -98,7 +93,7 @@ func allocSection(c *benchConfig) *benchSection {
 // cuMemHostRegister/Unregister or hsa_amd_memory_lock/unlock on a GPU).
 func lockSizeSection(c *benchConfig) *benchSection {
 	s := &benchSection{}
-	sizes := sizesOr(c, defaultAllocSizes)
+	sizes := c.pick(quickAllocSizes, fullAllocSizes)
 	bufLen := uintptr(maxOf(sizes))
 	var buf uintptr
 	s.setup = func() error {
@@ -262,6 +257,7 @@ type transferBuffers struct {
 	peak     *cudaPeak // withPeak on a CUDA device
 	withPeak bool
 	errs     map[string]error
+	report   *BenchDevice // where the buffers' nodes are reported; nil: nowhere
 }
 
 func (t *transferBuffers) host(series string) (uintptr, error) {
@@ -291,13 +287,19 @@ func (t *transferBuffers) setup() error {
 	if t.d.IsHost() {
 		touch(t.dev, t.n) // host "device" memory is host memory: fault it in now
 	}
+	// Every host buffer on the device's node, as the pinned allocator places
+	// its chunks: a series whose buffer sits on a far node measures the
+	// socket link, not ompalloc (pinned/peak above 1 on two sockets).
+	node := t.d.Info().NUMANode
 	if t.pageable, err = lc.Map(t.n); err != nil {
 		return err
 	}
+	placeOnNode(t.pageable, t.n, node)
 	touch(t.pageable, t.n)
 	if t.reg, err = lc.Map(t.n); err != nil {
 		return err
 	}
+	placeOnNode(t.reg, t.n, node)
 	touch(t.reg, t.n)
 	if _, err := t.d.LockMem(t.reg, t.n); err != nil {
 		t.errs["registered"] = err
@@ -316,11 +318,66 @@ func (t *transferBuffers) setup() error {
 		t.errs["pinned"] = err
 	}
 	if t.withPeak {
-		if t.peak, err = newCUDAPeak(t.d.ID, t.n); err != nil {
+		if t.peak, err = newCUDAPeak(t.d.ID, t.n, node); err != nil {
 			t.errs[peakSeries] = err
 		}
 	}
+	if t.report != nil {
+		t.report.HostNodes = map[string]string{"pageable": nodesOf(t.pageable, t.n)}
+		if t.regOK {
+			t.report.HostNodes["registered"] = nodesOf(t.reg, t.n)
+		}
+		if t.pinBlk != 0 {
+			t.report.HostNodes["pinned"] = nodesOf(t.pinBlk, t.n)
+		}
+		if t.peak != nil {
+			t.report.HostNodes[peakSeries] = nodesOf(t.peak.host, t.n)
+		}
+	}
 	return nil
+}
+
+// placeOnNode asks for [p, p+n) on node (MPOL_PREFERRED) before its pages
+// are faulted in; nothing where the node is unknown or policies are not
+// supported (the report then shows where the pages went).
+func placeOnNode(p, n uintptr, node int) {
+	if node < 0 || !numa.Supported() {
+		return
+	}
+	if _, ok := numa.System().Node(node); !ok {
+		return
+	}
+	_ = numa.Apply(p, []numa.Part{{Len: n, Mode: numa.ModePreferred, Nodes: []int{node}}})
+}
+
+// nodesOf says on which nodes the pages of [p, p+n) are: up to 64 pages
+// sampled evenly, as a node list ("0", "0-1"), or why that is unknown.
+func nodesOf(p, n uintptr) string {
+	if !numa.Supported() {
+		return "unknown: no memory policies on this system"
+	}
+	const page = 4096
+	pages := max(n/page, 1)
+	step := max(pages/64, 1)
+	var addrs []uintptr
+	for i := uintptr(0); i < pages; i += step {
+		addrs = append(addrs, p+i*page)
+	}
+	got, err := numa.PageNodes(addrs)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	var nodes []int
+	for _, v := range got {
+		if v >= 0 && !slices.Contains(nodes, v) {
+			nodes = append(nodes, v)
+		}
+	}
+	if len(nodes) == 0 {
+		return "unknown: move_pages found no page"
+	}
+	slices.Sort(nodes)
+	return numa.FormatList(nodes)
 }
 
 func (t *transferBuffers) teardown() {
@@ -355,9 +412,9 @@ func hasPeak(d *target.Device) bool { return d.Plugin() == "cuda" }
 
 // transferSection: synchronous copies between host and device memory, and,
 // on a CUDA device, the driver's own peak for the same sizes.
-func transferSection(c *benchConfig, d *target.Device) *benchSection {
-	sizes := sizesOr(c, defaultGPUSizes)
-	t := &transferBuffers{d: d, n: uintptr(maxOf(sizes)), withPeak: hasPeak(d)}
+func transferSection(c *benchConfig, d *target.Device, report *BenchDevice) *benchSection {
+	sizes := c.pick(quickGPUSizes, fullGPUSizes)
+	t := &transferBuffers{d: d, n: uintptr(maxOf(sizes)), withPeak: hasPeak(d), report: report}
 	s := &benchSection{setup: t.setup, teardown: t.teardown}
 	allSeries := []string{"pageable", "pinned", "registered"}
 	if t.withPeak {
@@ -406,7 +463,7 @@ func transferSection(c *benchConfig, d *target.Device) *benchSection {
 // memory ("pinned source").
 func smallCopySection(c *benchConfig, d *target.Device) *benchSection {
 	var sizes []int64
-	for _, v := range sizesOr(c, defaultSmallSizes) {
+	for _, v := range c.pick(quickSmallSizes, fullSmallSizes) {
 		if v <= 64<<10 {
 			sizes = append(sizes, v)
 		}

@@ -23,8 +23,10 @@ import (
 )
 
 var (
-	defaultGoroutines = []int64{1, 2, 4, 8, 16}
-	blockMemorySizes  = []int64{16, 64, 100, 1000, 1500, 3000, 4096}
+	fullGoroutines        = []int64{1, 2, 4, 8, 16}
+	quickGoroutines       = []int64{1, 4, 16}
+	fullBlockMemorySizes  = []int64{16, 64, 100, 1000, 1500, 3000, 4096}
+	quickBlockMemorySizes = []int64{64, 4096} // a child process of up to 256 MiB each
 )
 
 // goroutinesSection: n goroutines each doing alloc+free of 64 B on
@@ -34,9 +36,13 @@ var (
 // the per-goroutine cost does not grow with goroutines; past the CPU count
 // the goroutines share CPUs, so those figures measure fairness and
 // contention, not parallel speed (the title says so).
-func goroutinesSection() *benchSection {
+func goroutinesSection(c *benchConfig) *benchSection {
 	s := &benchSection{}
-	for _, g := range defaultGoroutines {
+	gs := quickGoroutines
+	if c.full {
+		gs = fullGoroutines
+	}
+	for _, g := range gs {
 		s.cases = append(s.cases, &benchCase{group: "alloc_goroutines", series: "default-64", size: 64, goroutines: g,
 			run: func(budget time.Duration) (float64, int, error) {
 				a, ok := alloc.Lookup(alloc.DefaultMem)
@@ -95,7 +101,7 @@ func goroutinesSection() *benchSection {
 func blockMemorySection(c *benchConfig) *benchSection {
 	s := &benchSection{}
 	for _, series := range []string{"ompalloc", "libc malloc"} {
-		for _, size := range sizesOr(c, blockMemorySizes) {
+		for _, size := range c.pick(quickBlockMemorySizes, fullBlockMemorySizes) {
 			s.cases = append(s.cases, &benchCase{group: "block_memory", series: series, size: size,
 				perBlock: func() (float64, error) { return bytesPerBlockInChild(series, size) }})
 		}

@@ -55,12 +55,10 @@ func partitionSection() *benchSection {
 	return s
 }
 
-// pinHugeSize is the region pin_huge locks: 1 GiB, or the largest --sizes.
+// pinHugeSize is the region pin_huge locks: 64 MiB (1 GiB with --full:
+// mlock faults in every page, up to seconds a run), or the largest --sizes.
 func pinHugeSize(c *benchConfig) uintptr {
-	if c.sizes != nil {
-		return uintptr(maxOf(c.sizes))
-	}
-	return 1 << 30
+	return uintptr(maxOf(c.pick([]int64{64 << 20}, []int64{1 << 30})))
 }
 
 // pinHugeSection: the cost of pinning a large region (map, mlock, munlock,

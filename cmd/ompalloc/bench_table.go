@@ -20,7 +20,7 @@ type groupInfo struct {
 }
 
 var groups = []groupInfo{
-	{name: "alloc_free", title: "alloc+free of one block (time per pair)"},
+	{name: "alloc_free", title: "alloc+free of one block (wall time per pair)"},
 	{name: "alloc_goroutines", byCount: "GOROUTINES",
 		title: "alloc+free of 64 B in N goroutines at once: CPU time per pair (the process's CPU time / pairs); with more goroutines than CPUs this measures fairness and contention, not parallel speed"},
 	{name: "block_memory", bytes: true, title: "resident memory per block, up to 1,000,000 live (every byte written; the pointer array not counted)"},
@@ -69,9 +69,23 @@ func gridOf(g groupInfo, results []BenchResult) *grid {
 }
 
 func writeBenchTable(w io.Writer, rep *BenchReport) {
-	fmt.Fprintf(w, "%s bench: %s %s/%s, %d CPUs, %s per case\n", programName, rep.Go, rep.OS, rep.Arch, rep.CPUs, rep.TimePerCase)
+	fmt.Fprintf(w, "%s bench: %s %s/%s, %d CPUs, %s run: %d runs of %s per case\n", programName, rep.Go, rep.OS, rep.Arch, rep.CPUs,
+		rep.Mode, rep.RunsPerCase, rep.TimePerCase)
 	if rep.Device != nil {
 		fmt.Fprintf(w, "transfers on device %d (%s %s)\n", rep.Device.Number, rep.Device.Plugin, rep.Device.Name)
+		if len(rep.Device.HostNodes) > 0 {
+			where := "the device's node is unknown: buffers where the kernel put them"
+			if rep.Device.NUMANode >= 0 {
+				where = fmt.Sprintf("placed on the device's node %d", rep.Device.NUMANode)
+			}
+			var parts []string
+			for _, s := range []string{"pageable", "registered", "pinned", peakSeries} {
+				if n, ok := rep.Device.HostNodes[s]; ok {
+					parts = append(parts, s+" "+n)
+				}
+			}
+			fmt.Fprintf(w, "host buffers' NUMA nodes (%s): %s\n", where, strings.Join(parts, ", "))
+		}
 	}
 	var failures []string
 	seen := map[string]bool{}
@@ -108,14 +122,8 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 						seen[msg] = true
 						failures = append(failures, fmt.Sprintf("%s %s %s: %s", g.name, s, label, r.Error))
 					}
-				case g.bandwidth && r.OfPeak > 0:
-					cells = append(cells, fmt.Sprintf("%s (%.0f%%)", fmtRate(r.GBPerS), r.OfPeak*100))
-				case g.bandwidth:
-					cells = append(cells, fmtRate(r.GBPerS))
-				case g.bytes:
-					cells = append(cells, fmt.Sprintf("%.0f B", r.BytesPerBlock))
 				default:
-					cells = append(cells, fmtNs(r.NsPerOp))
+					cells = append(cells, cellText(r))
 				}
 			}
 			fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
@@ -146,6 +154,42 @@ func writeBenchTable(w io.Writer, rep *BenchReport) {
 			fmt.Fprintf(w, "  %s\n", f)
 		}
 	}
-	fmt.Fprintf(w, "\n(%s in all; each figure is one run on a machine that may be busy: compare within a run)\n",
-		time.Duration(rep.ElapsedNs).Round(100*time.Millisecond))
+	fmt.Fprintf(w, "\n(%s in all, %s run; each figure is the median of %d runs of %s, in brackets the fastest and slowest:\n"+
+		"a wide bracket is noise, not a result. Times are wall-clock per operation except alloc_goroutines, which is CPU\n"+
+		"time: on a busy machine wall time also counts time the process waited for a CPU, so the 64 B pair of\n"+
+		"alloc_free can read higher than alloc_goroutines' 1-goroutine figure. Compare within a run.)\n",
+		time.Duration(rep.ElapsedNs).Round(100*time.Millisecond), rep.Mode, rep.RunsPerCase, rep.TimePerCase)
+}
+
+// cellText is a result as the table and the progress lines show it: the
+// median run's figure and, with more than one run, the fastest and slowest
+// in brackets; "failed: why" for a failed case.
+func cellText(r BenchResult) string {
+	if r.Error != "" {
+		return "failed: " + r.Error
+	}
+	var g groupInfo
+	for _, x := range groups {
+		if x.name == r.Group {
+			g = x
+		}
+	}
+	switch {
+	case g.bytes:
+		return fmt.Sprintf("%.0f B", r.BytesPerBlock)
+	case g.bandwidth:
+		s := fmtRate(r.GBPerS)
+		if r.OfPeak > 0 {
+			s += fmt.Sprintf(" (%.0f%%)", r.OfPeak*100)
+		}
+		if r.Runs > 1 && r.NsMin > 0 && r.NsMax > 0 {
+			s += fmt.Sprintf(" [%s–%s]", fmtRate(float64(r.SizeBytes)/r.NsMax), fmtRate(float64(r.SizeBytes)/r.NsMin))
+		}
+		return s
+	}
+	s := fmtNs(r.NsPerOp)
+	if r.Runs > 1 && r.NsMin > 0 {
+		s += fmt.Sprintf(" [%s–%s]", fmtNs(r.NsMin), fmtNs(r.NsMax))
+	}
+	return s
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/numa"
 )
 
 // With the fake CUDA driver (two simulated GPUs), info lists them as
@@ -53,6 +54,18 @@ func TestFakeGPU(t *testing.T) {
 	require.NotNil(t, rep.Device)
 	require.Equal(t, 0, rep.Device.Number)
 	require.Equal(t, "cuda", rep.Device.Plugin)
+	// Where each series' host buffer is, as move_pages says (issue 19: a
+	// buffer on a far node measures the socket link, not ompalloc).
+	for _, s := range []string{"pageable", "registered", "pinned", peakSeries} {
+		n, ok := rep.Device.HostNodes[s]
+		require.True(t, ok, "%s: %v", s, rep.Device.HostNodes)
+		if numa.Supported() {
+			_, err := numa.ParseList(n)
+			require.NoError(t, err, "%s: %q", s, n)
+		} else {
+			require.Contains(t, n, "unknown")
+		}
+	}
 	for _, sk := range rep.Skipped { // only hugetlb, where the pool lacks pages
 		require.Equal(t, "pin_huge hugetlb", sk.Group, "%+v", sk)
 	}

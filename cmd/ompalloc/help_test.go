@@ -34,5 +34,5 @@ func TestHelpTextsReadCleanly(t *testing.T) {
 	var out bytes.Buffer
 	run([]string{"help", "bench"}, &out, &out)
 	require.NotContains(t, out.String(), "(default -1)")
-	require.Contains(t, out.String(), "Progress goes to stderr when it is a terminal.")
+	require.Contains(t, out.String(), "Progress goes\nto stderr: a bar on a terminal, else one line per case (--quiet: none).")
 }

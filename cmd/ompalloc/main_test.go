@@ -251,13 +251,56 @@ func benchJSON(t *testing.T, args ...string) *BenchReport {
 	t.Helper()
 	r := ompalloc(t, nil, append([]string{"bench", "--json"}, args...)...)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Empty(t, r.stderr, "no progress bar when stderr is not a terminal")
 	var rep BenchReport
 	dec := json.NewDecoder(strings.NewReader(r.stdout))
 	dec.DisallowUnknownFields()
 	require.NoError(t, dec.Decode(&rep), "stdout must be exactly one JSON object:\n%s", r.stdout)
 	require.Equal(t, BenchSchema, rep.Schema)
+	// stderr is not a terminal: no bar, but a line per case as it finishes
+	// (issue 22: a redirected run printed nothing until the end).
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	require.Len(t, lines, len(rep.Results), "one progress line per case:\n%s", r.stderr)
+	for i, l := range lines {
+		res := rep.Results[i]
+		require.True(t, strings.HasPrefix(l, fmt.Sprintf("bench: [%d/%d] %s %s", i+1, len(rep.Results), res.Group, res.Series)), "%q", l)
+		require.Contains(t, l, cellText(res))
+	}
 	return &rep
+}
+
+// Each case runs --repeat times: the figure is the median run, the fastest
+// and slowest beside it; --quiet prints no progress; a bad --repeat is a
+// usage error.
+func TestBenchRepeatAndSpread(t *testing.T) {
+	rep := benchJSON(t, "--time", "5ms", "--repeat", "3", "--sizes", "64,4096", "--regions", "100")
+	require.Equal(t, 3, rep.RunsPerCase)
+	require.Equal(t, "quick", rep.Mode)
+	timed := 0
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			continue
+		}
+		if r.Group == "block_memory" {
+			require.Equal(t, 1, r.Runs, "a child process per figure: one run")
+			continue
+		}
+		timed++
+		require.Equal(t, 3, r.Runs, "%+v", r)
+		require.LessOrEqual(t, r.NsMin, r.NsPerOp, "%+v", r)
+		require.LessOrEqual(t, r.NsPerOp, r.NsMax, "%+v", r)
+		require.Greater(t, r.NsMin, 0.0, "%+v", r)
+	}
+	require.Greater(t, timed, 10)
+
+	r := ompalloc(t, nil, "bench", "--quiet", "--time", "1ms", "--repeat", "1", "--sizes", "64", "--regions", "100")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Empty(t, r.stderr, "--quiet")
+	require.Contains(t, r.stdout, "median of 1 runs")
+	require.NotContains(t, r.stdout, "–", "one run: no spread shown")
+
+	r = ompalloc(t, nil, "bench", "--repeat", "0")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "--repeat 0: want 1 to 100 runs per case")
 }
 
 func TestBenchJSON(t *testing.T) {
@@ -306,7 +349,7 @@ func TestBenchJSON(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3*2, count["alloc_free"], "default, align64, pinned × 2 sizes")
-	require.Equal(t, 5, count["alloc_goroutines"], "1, 2, 4, 8, 16 goroutines")
+	require.Equal(t, 3, count["alloc_goroutines"], "1, 4, 16 goroutines (1, 2, 4, 8, 16 with --full)")
 	require.Equal(t, 2*2, count["block_memory"], "ompalloc, libc malloc × 2 sizes")
 	require.GreaterOrEqual(t, count["lock_size"], 2)
 	require.Equal(t, 2*2, count["lock_regions"], "hit and lookup × 2 counts")

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/cuda"
 )
@@ -35,8 +36,9 @@ type cudaPeak struct {
 const cuStreamNonBlocking = 1
 
 // newCUDAPeak allocates n pinned bytes through the driver for copies with a
-// device buffer of CUDA device ord (its OpenMP number: CUDA's come first).
-func newCUDAPeak(ord int, n uintptr) (*cudaPeak, error) {
+// device buffer of CUDA device ord (its OpenMP number: CUDA's come first),
+// on NUMA node node (-1: wherever the driver puts them).
+func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
 	lib, err := loader.Open(cuda.Spec)
 	if err != nil {
 		return nil, err
@@ -68,7 +70,19 @@ func newCUDAPeak(ord int, n uintptr) (*cudaPeak, error) {
 		if err := p.check("cuStreamCreate", loader.Call(p.streamCreate, uintptr(unsafe.Pointer(&p.stream)), cuStreamNonBlocking)); err != nil {
 			return err
 		}
-		return p.check("cuMemAllocHost", loader.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n))
+		// cuMemAllocHost gives no address to mbind first: the driver
+		// allocates the pages in the call, for this (locked) thread, so the
+		// thread's policy places them (the device's node, like every other
+		// series' buffer).
+		var restore func() error
+		if node >= 0 && numa.Supported() {
+			restore, _ = numa.SetThreadPolicy(numa.ModePreferred, []int{node})
+		}
+		err := p.check("cuMemAllocHost", loader.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n))
+		if restore != nil {
+			_ = restore()
+		}
+		return err
 	})
 	if err != nil {
 		_ = p.close()

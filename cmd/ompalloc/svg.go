@@ -11,8 +11,9 @@ import (
 )
 
 // A small SVG plotter: log-log line charts, one panel per group, one line
-// per series, with axis labels and a legend. No dependencies; the output is
-// a standalone SVG 1.1 document.
+// per series, error bars from the fastest to the slowest run, axis labels
+// and a legend; groups with no results are listed under the title. No
+// dependencies; the output is a standalone SVG 1.1 document.
 
 type axisKind int
 
@@ -23,7 +24,9 @@ const (
 	axisRate                  // GB/s, decades
 )
 
-type point struct{ X, Y float64 }
+// point is one measured case: Y the median run, Lo and Hi the spread (0:
+// none drawn).
+type point struct{ X, Y, Lo, Hi float64 }
 
 type series struct {
 	Name string
@@ -118,23 +121,28 @@ func esc(s string) string {
 	return b.String()
 }
 
-// renderSVG writes the panels, stacked, as one SVG document.
-func renderSVG(w io.Writer, title string, panels []panel) error {
+// renderSVG writes the panels, stacked, as one SVG document; notes are
+// lines under the title (what is not charted, and why).
+func renderSVG(w io.Writer, title string, notes []string, panels []panel) error {
 	bw := bufio.NewWriter(w)
-	height := 40 + panelH*len(panels)
+	top := 40 + 16*len(notes)
+	height := top + panelH*len(panels)
 	if len(panels) == 0 {
-		height = 80
+		height = top + 40
 	}
 	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8"?>`+"\n")
 	fmt.Fprintf(bw, `<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
 		svgWidth, height, svgWidth, height)
 	fmt.Fprintf(bw, `<rect x="0" y="0" width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="16" font-weight="bold">%s</text>`+"\n", 16, esc(title))
+	for i, n := range notes {
+		fmt.Fprintf(bw, `<text x="16" y="%d">%s</text>`+"\n", 42+16*i, esc(n))
+	}
 	if len(panels) == 0 {
-		fmt.Fprintf(bw, `<text x="16" y="56">no results</text>`+"\n")
+		fmt.Fprintf(bw, `<text x="16" y="%d">no results</text>`+"\n", top+16)
 	}
 	for i, p := range panels {
-		drawPanel(bw, p, 40+i*panelH)
+		drawPanel(bw, p, top+i*panelH)
 	}
 	fmt.Fprintln(bw, "</svg>")
 	return bw.Flush()
@@ -144,7 +152,7 @@ func drawPanel(w io.Writer, p panel, top int) {
 	var xs, ys []float64
 	for _, l := range p.Lines {
 		for _, pt := range l.Pts {
-			xs, ys = append(xs, pt.X), append(ys, pt.Y)
+			xs, ys = append(xs, pt.X), append(ys, pt.Y, pt.Lo, pt.Hi)
 		}
 	}
 	xa, ya := newLogAxis(xs, p.XKind), newLogAxis(ys, p.YKind)
@@ -185,6 +193,12 @@ func drawPanel(w io.Writer, p panel, top int) {
 		}
 		for _, pt := range l.Pts {
 			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(pt.X), py(pt.Y), color)
+			if pt.Lo > 0 && pt.Hi > pt.Lo {
+				// The error bar: fastest to slowest run, capped.
+				x, lo, hi := px(pt.X), py(pt.Lo), py(pt.Hi)
+				fmt.Fprintf(w, `<path class="errbar" d="M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f" stroke="%s" stroke-width="1" fill="none"/>`+"\n",
+					x, lo, hi, x-3, lo, x+3, x-3, hi, x+3, color)
+			}
 		}
 		ly := float64(top+plotTop+8) + float64(i)*18
 		fmt.Fprintf(w, `<path d="M%d %.1fH%d" stroke="%s" stroke-width="3"/>`+"\n", legendX, ly, legendX+22, color)
@@ -194,9 +208,10 @@ func drawPanel(w io.Writer, p panel, top int) {
 }
 
 // benchPanels turns a report into chart panels: one per group that has
-// results, the two copy directions together.
-func benchPanels(rep *BenchReport) []panel {
-	var out []panel
+// results, the two copy directions together; notes name every group
+// without results and why (skipped, or failed in every case).
+func benchPanels(rep *BenchReport) (out []panel, notes []string) {
+	charted := map[string]bool{}
 	add := func(p panel, gnames []string, prefix map[string]string, rate bool) {
 		for _, gn := range gnames {
 			var g groupInfo
@@ -210,17 +225,26 @@ func benchPanels(rep *BenchReport) []panel {
 				line := series{Name: prefix[gn] + s}
 				for _, x := range gr.xs {
 					r, ok := gr.cell[s][x]
-					if !ok || r.Error != "" || r.NsPerOp <= 0 {
+					if !ok || r.Error != "" {
 						continue
 					}
-					y := r.NsPerOp
-					if rate {
-						y = r.GBPerS
+					pt := point{X: float64(x), Y: r.NsPerOp, Lo: r.NsMin, Hi: r.NsMax}
+					switch {
+					case g.bytes:
+						pt = point{X: float64(x), Y: r.BytesPerBlock}
+					case rate && r.NsMin > 0 && r.NsMax > 0:
+						pt = point{X: float64(x), Y: r.GBPerS, Lo: float64(r.SizeBytes) / r.NsMax, Hi: float64(r.SizeBytes) / r.NsMin}
+					case rate:
+						pt = point{X: float64(x), Y: r.GBPerS}
 					}
-					line.Pts = append(line.Pts, point{float64(x), y})
+					if pt.Y <= 0 {
+						continue
+					}
+					line.Pts = append(line.Pts, pt)
 				}
 				if len(line.Pts) > 0 {
 					p.Lines = append(p.Lines, line)
+					charted[gn] = true
 				}
 			}
 		}
@@ -228,12 +252,20 @@ func benchPanels(rep *BenchReport) []panel {
 			out = append(out, p)
 		}
 	}
-	add(panel{Title: "alloc + free", XLabel: "block size", YLabel: "time per pair", XKind: axisBytes, YKind: axisTime},
+	add(panel{Title: "alloc + free (wall time)", XLabel: "block size", YLabel: "time per pair", XKind: axisBytes, YKind: axisTime},
 		[]string{"alloc_free"}, nil, false)
+	add(panel{Title: "alloc + free of 64 B in N goroutines at once (CPU time)", XLabel: "goroutines", YLabel: "CPU time per pair", XKind: axisCount, YKind: axisTime},
+		[]string{"alloc_goroutines"}, nil, false)
+	add(panel{Title: "resident memory per block, up to 1,000,000 live", XLabel: "block size", YLabel: "bytes per block", XKind: axisBytes, YKind: axisBytes},
+		[]string{"block_memory"}, nil, false)
 	add(panel{Title: "lock + unlock of a new range", XLabel: "range size", YLabel: "time per pair", XKind: axisBytes, YKind: axisTime},
 		[]string{"lock_size"}, nil, false)
 	add(panel{Title: "registry with N locked regions", XLabel: "locked regions", YLabel: "time per operation", XKind: axisCount, YKind: axisTime},
 		[]string{"lock_regions"}, nil, false)
+	add(panel{Title: "alloc + free of 64 B by partition trait", XLabel: "block size", YLabel: "time per pair", XKind: axisBytes, YKind: axisTime},
+		[]string{"partition_alloc_free"}, nil, false)
+	add(panel{Title: "pin a large region: map, mlock, munlock, unmap", XLabel: "region size", YLabel: "time", XKind: axisBytes, YKind: axisTime},
+		[]string{"pin_huge"}, nil, false)
 	dev := ""
 	if rep.Device != nil {
 		dev = fmt.Sprintf(" (device %d, %s)", rep.Device.Number, rep.Device.Name)
@@ -242,7 +274,28 @@ func benchPanels(rep *BenchReport) []panel {
 		[]string{"h2d", "d2h"}, map[string]string{"h2d": "H2D ", "d2h": "D2H "}, true)
 	add(panel{Title: "small copy on a queue: submit + synchronize" + dev, XLabel: "copy size", YLabel: "latency", XKind: axisBytes, YKind: axisTime},
 		[]string{"small_copy"}, nil, false)
-	return out
+
+	why := map[string]string{}
+	for _, s := range rep.Skipped {
+		if _, ok := why[s.Group]; !ok {
+			why[s.Group] = s.Reason
+		}
+	}
+	for _, g := range groups {
+		if charted[g.name] {
+			continue
+		}
+		reason, ok := why[g.name]
+		switch {
+		case ok:
+		case len(gridOf(g, rep.Results).xs) > 0:
+			reason = "every case failed (see the table)"
+		default:
+			reason = "not run"
+		}
+		notes = append(notes, fmt.Sprintf("not charted: %s: %s", g.name, reason))
+	}
+	return out, notes
 }
 
 func writeSVGFile(path string, rep *BenchReport) error {
@@ -251,7 +304,9 @@ func writeSVGFile(path string, rep *BenchReport) error {
 		return fmt.Errorf("--svg: %w", err)
 	}
 	title := fmt.Sprintf("ompalloc bench — %s/%s, %d CPUs, %s", rep.OS, rep.Arch, rep.CPUs, rep.Go)
-	err = renderSVG(f, title, benchPanels(rep))
+	title += fmt.Sprintf("; median of %d runs per case, bars from the fastest to the slowest", rep.RunsPerCase)
+	panels, notes := benchPanels(rep)
+	err = renderSVG(f, title, notes, panels)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

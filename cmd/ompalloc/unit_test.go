@@ -100,11 +100,11 @@ func TestLogAxis(t *testing.T) {
 
 func TestRenderSVGEmptyAndEscaped(t *testing.T) {
 	var b bytes.Buffer
-	require.NoError(t, renderSVG(&b, "a < b & c", nil))
+	require.NoError(t, renderSVG(&b, "a < b & c", nil, nil))
 	svgDoc(t, b.Bytes())
 	b.Reset()
-	require.NoError(t, renderSVG(&b, "t", []panel{{Title: "<x>", XKind: axisBytes, YKind: axisTime,
-		Lines: []series{{Name: "one & only", Pts: []point{{64, 100}}}}}}))
+	require.NoError(t, renderSVG(&b, "t", nil, []panel{{Title: "<x>", XKind: axisBytes, YKind: axisTime,
+		Lines: []series{{Name: "one & only", Pts: []point{{X: 64, Y: 100}}}}}}))
 	counts := svgDoc(t, b.Bytes())
 	require.Equal(t, 1, counts["circle"], "a single point is a marker")
 	require.Zero(t, counts["polyline"])
@@ -116,4 +116,64 @@ func TestRunInProcess(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, exitUsage, run([]string{"info", "--json=maybe"}, &out, &errb))
 	require.Contains(t, errb.String(), "Usage")
+}
+
+// Every group with results is charted, each point with an error bar from
+// the fastest to the slowest run; the groups without results are named
+// under the title with the reason (issue 22: the chart drew 3 of 7 groups
+// without saying so, and one run per point read noise as a result).
+func TestBenchChartEveryGroupWithSpread(t *testing.T) {
+	rep := &BenchReport{RunsPerCase: 3, Skipped: []BenchSkip{{Group: "h2d", Reason: "no accelerator"}, {Group: "d2h", Reason: "no accelerator"}}}
+	for _, g := range groups {
+		switch g.name {
+		case "h2d", "d2h":
+			continue // skipped
+		case "small_copy":
+			rep.Results = append(rep.Results, BenchResult{Group: g.name, Series: "staged", SizeBytes: 64, Error: "boom"})
+			continue
+		}
+		for _, x := range []int64{64, 4096} {
+			r := BenchResult{Group: g.name, Series: "s", SizeBytes: x, Regions: x, Goroutines: x, NsPerOp: 100, NsMin: 80, NsMax: 150, Runs: 3}
+			if g.bytes {
+				r = BenchResult{Group: g.name, Series: "s", SizeBytes: x, BytesPerBlock: float64(x + 16), Runs: 1}
+			}
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	panels, notes := benchPanels(rep)
+	require.Equal(t, []string{"not charted: h2d: no accelerator", "not charted: d2h: no accelerator",
+		"not charted: small_copy: every case failed (see the table)"}, notes)
+	require.Len(t, panels, len(groups)-3, "every other group has its panel")
+	for _, p := range panels {
+		require.Len(t, p.Lines, 1, p.Title)
+		for _, pt := range p.Lines[0].Pts {
+			if p.YKind == axisBytes {
+				require.Zero(t, pt.Lo, "block_memory is one run")
+				continue
+			}
+			require.Equal(t, point{X: pt.X, Y: 100, Lo: 80, Hi: 150}, pt, p.Title)
+		}
+	}
+	var b bytes.Buffer
+	require.NoError(t, renderSVG(&b, "t", notes, panels))
+	svgDoc(t, b.Bytes())
+	require.Equal(t, 2*(len(groups)-4), strings.Count(b.String(), `class="errbar"`), "a bar per timed point")
+	require.Contains(t, b.String(), "not charted: small_copy")
+}
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		in          []float64
+		med, lo, hi float64
+	}{
+		{[]float64{5}, 5, 5, 5},
+		{[]float64{9, 1, 5}, 5, 1, 9},
+		{[]float64{4, 1, 3, 2}, 2.5, 1, 4},
+	} {
+		med, lo, hi := spread(tc.in)
+		require.Equal(t, []float64{tc.med, tc.lo, tc.hi}, []float64{med, lo, hi}, "%v", tc.in)
+	}
+	in := []float64{3, 1, 2}
+	spread(in)
+	require.Equal(t, []float64{3, 1, 2}, in, "the caller's slice is left as it was")
 }

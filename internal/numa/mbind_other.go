@@ -15,3 +15,11 @@ func CurrentNode() (int, error) { return 0, nil }
 
 // Supported reports whether this system takes memory policies.
 func Supported() bool { return false }
+
+// SetThreadPolicy returns ErrUnsupported on this system.
+func SetThreadPolicy(mode Mode, nodes []int) (restore func() error, err error) {
+	return nil, ErrUnsupported
+}
+
+// ThreadPolicy returns ErrUnsupported on this system.
+func ThreadPolicy() (Mode, []int, error) { return 0, nil, ErrUnsupported }

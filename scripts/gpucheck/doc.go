@@ -5,5 +5,5 @@
 // the real bundle and runs it against the project's fake libcuda in a
 // directory holding only the bundle, with go and gcc off PATH, for amd64 and
 // (under qemu-user) arm64, when OMPALLOC_GPU_DRYRUN=1, as .ci/run sets: it
-// builds eight binaries per architecture.
+// builds nine binaries per architecture (the probe among them).
 package gpucheck

@@ -12,10 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // DryRunEnv switches TestDryRun on: it builds the whole bundle (seven test
-// binaries and the CLI), too much for every `go test ./...`.
+// binaries, the CLI and the probe), too much for every `go test ./...`.
 const DryRunEnv = "OMPALLOC_GPU_DRYRUN"
 
 // copyDir copies the plain files of src into dst, keeping their modes.
@@ -49,7 +50,7 @@ func TestDryRun(t *testing.T) {
 	if err != nil {
 		t.Skip("the go tool is not on PATH: cannot build the bundle")
 	}
-	path := sandboxPATH(t, append(hostTools, "ls", "timeout")...)
+	path := sandboxPATH(t, append(hostTools, "ls")...)
 	t.Run(runtime.GOARCH, func(t *testing.T) {
 		dryRun(t, goBin, path, runtime.GOARCH, fakedrv.Build(t, "fakecuda"), nil)
 	})
@@ -96,11 +97,23 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	tmp := filepath.Join(host, "tmp")
 	require.NoError(t, os.Mkdir(tmp, 0o755))
 
+	// The host's ldconfig knows the driver (no OMPALLOC_CUDA_LIBRARY, as on
+	// a real GPU host), after a 32-bit compat entry the script must pass over.
+	ldArch := map[string]string{"amd64": "x86-64", "arm64": "AArch64"}[arch]
+	ldPath := filepath.Join(t.TempDir(), "bin")
+	require.NoError(t, os.Mkdir(ldPath, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(ldPath, "ldconfig"), []byte("#!"+filepath.Join(path, "bash")+"\ncat <<'EOF'\n"+
+		"2 libs found in cache `/etc/ld.so.cache'\n\tlibcuda.so.1 (libc6) => /nonexistent/i386/libcuda.so.1\n"+
+		"\tlibcuda.so.1 (libc6,"+ldArch+") => "+lib+"\nEOF\n"), 0o755))
+
 	resOut := filepath.Join(host, "out")
 	run := exec.Command(filepath.Join(path, "bash"), filepath.Join(bundle, "gpu-check.sh"), "run", bundle, resOut)
 	run.Dir = host
-	run.Env = append([]string{"PATH=" + path, "HOME=" + host, "TMPDIR=" + tmp, "OMPALLOC_CUDA_LIBRARY=" + lib,
-		"BENCH_TIME=5ms", "BENCH_SIZES=4K,1M,64M"}, env...)
+	// The user's settings that change the library the most (a GPU
+	// container's OMPALLOC_PINNED_LIMIT=0 among them) are exported: the
+	// test binaries must not depend on them.
+	run.Env = append(append([]string{"PATH=" + path + string(os.PathListSeparator) + ldPath, "HOME=" + host, "TMPDIR=" + tmp,
+		"BENCH_TIME=5ms", "BENCH_SIZES=4K,1M,64M", "PROBE_SIZE=4M"}, testenv.Hostile...), env...)
 	out, err = run.CombinedOutput()
 	logs, _ := filepath.Glob(filepath.Join(resOut, "test-*.log"))
 	for _, l := range logs {
@@ -118,7 +131,9 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	require.Zero(t, s.TestsFailed)
 	require.Empty(t, s.PackagesFailed)
 	require.Zero(t, s.BenchErrors)
-	require.Equal(t, lib, s.Libcuda)
+	require.Equal(t, lib, s.Libcuda, "found through ldconfig")
+	require.Equal(t, "measured", s.Probe)
+	require.Empty(t, s.TimedOut)
 	require.Equal(t, arch, s.Arch, "the bundle's own architecture ran")
 	require.Greater(t, s.TestsPassed, 50, "the bundle's tests ran")
 	require.Len(t, s.Goals, 2)
@@ -183,4 +198,43 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	}
 	_, err = os.Stat(filepath.Join(resOut, "bench.svg"))
 	require.NoError(t, err)
+	for _, series := range []string{"pageable", "registered", "pinned", "driver peak"} {
+		require.NotEmpty(t, rep.Device.HostNodes[series], "%s: where its buffer is: %+v", series, rep.Device)
+	}
+
+	// The probe asked the fake every question; the JSON is valid and each
+	// answer is an answer or says why it was not asked, never an error.
+	var pr probeReport
+	data, err = os.ReadFile(filepath.Join(resOut, "probe.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &pr), "%s", data)
+	require.Equal(t, "ompalloc-gpuprobe/1", pr.Schema)
+	require.Equal(t, lib, pr.Library)
+	require.Equal(t, 2, pr.Devices)
+	require.Empty(t, pr.Error)
+	var names []string
+	for _, q := range pr.Questions {
+		names = append(names, q.Name)
+		require.Empty(t, q.Error, "%+v", q)
+		require.True(t, q.Answer != "" || q.Skipped != "", "%+v", q)
+	}
+	require.Equal(t, probeQuestions, names)
+}
+
+// probeQuestions are the probe's questions, in order (issue 19).
+var probeQuestions = []string{"mixed_range_copy", "adjacent_registrations_copy", "shared_page_registrations",
+	"portable_dtoh_async", "release_while_busy", "caller_context", "node_bandwidth"}
+
+type probeReport struct {
+	Schema    string `json:"schema"`
+	Library   string `json:"library"`
+	Devices   int    `json:"devices"`
+	Error     string `json:"error"`
+	Questions []struct {
+		Name    string         `json:"name"`
+		Answer  string         `json:"answer"`
+		Skipped string         `json:"skipped"`
+		Error   string         `json:"error"`
+		Results map[string]any `json:"results"`
+	} `json:"questions"`
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +27,9 @@ type Summary struct {
 	PackagesFailed []string          `json:"packages_failed"`
 	BenchErrors    int               `json:"bench_errors"`
 	Goals          []json.RawMessage `json:"goals"`
+	Probe          string            `json:"probe"`
 	Torch          string            `json:"torch"`
+	TimedOut       []string          `json:"timed_out"`
 	Status         int               `json:"status"`
 }
 
@@ -49,7 +52,11 @@ type benchGoal struct {
 }
 
 type benchReport struct {
-	Arch    string        `json:"arch"`
+	Arch   string `json:"arch"`
+	Device *struct {
+		NUMANode  int               `json:"numa_node"`
+		HostNodes map[string]string `json:"host_nodes"`
+	} `json:"device"`
 	Results []benchResult `json:"results"`
 	Skipped []struct {
 		Group  string `json:"group"`
@@ -78,7 +85,7 @@ func sandboxPATH(t *testing.T, tools ...string) string {
 }
 
 // hostTools are what gpu-check.sh run needs on the GPU host.
-var hostTools = []string{"bash", "env", "mkdir", "mktemp", "rm", "cat", "grep", "sed", "awk", "basename", "dirname"}
+var hostTools = []string{"bash", "env", "mkdir", "mktemp", "rm", "cat", "grep", "sed", "awk", "basename", "dirname", "timeout", "tail", "tr"}
 
 // stubBundle writes stand-ins for the bundle: test binaries printing the
 // given go test output with the given status, and an ompalloc whose info
@@ -195,7 +202,8 @@ func TestRunSummary(t *testing.T) {
 			args, err := os.ReadFile(filepath.Join(probe, "bench.args"))
 			require.NoError(t, err)
 			require.Contains(t, string(args), "--json")
-			require.Contains(t, string(args), "--time 5ms --sizes 4K,1G")
+			require.Contains(t, string(args), "--full")
+			require.Contains(t, string(args), "--time 5ms --repeat 3 --sizes 4K,1G")
 			for name := range tc.tests {
 				env, err := os.ReadFile(filepath.Join(probe, name+".env"))
 				require.NoError(t, err)
@@ -228,4 +236,108 @@ func TestRunNeedsADriver(t *testing.T) {
 	require.Nil(t, s)
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "no bundle at")
+}
+
+// writeExe writes an executable script.
+func writeExe(t *testing.T, path, body string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte("#!/usr/bin/env bash\n"+body), 0o755))
+}
+
+// Without OMPALLOC_CUDA_LIBRARY the script asks `ldconfig -p`, and takes
+// the entry of the bundle's architecture: a 32-bit compat library listed
+// first is passed over.
+func TestRunFindsLibcudaThroughLdconfig(t *testing.T) {
+	path := sandboxPATH(t, hostTools...)
+	libs := t.TempDir()
+	for _, l := range []string{"i386", "x86_64", "aarch64"} {
+		require.NoError(t, os.WriteFile(filepath.Join(libs, l+"-libcuda.so.1"), nil, 0o644))
+	}
+	writeExe(t, filepath.Join(path, "ldconfig"), "[[ $1 == -p ]] || exit 1\ncat <<'EOF'\n3 libs found in cache `/etc/ld.so.cache'\n"+
+		"\tlibcudart.so.12 (libc6,x86-64) => /nowhere/libcudart.so.12\n"+
+		"\tlibcuda.so.1 (libc6) => "+libs+"/i386-libcuda.so.1\n"+
+		"\tlibcuda.so.1 (libc6,x86-64) => "+libs+"/x86_64-libcuda.so.1\n"+
+		"\tlibcuda.so.1 (libc6,AArch64) => "+libs+"/aarch64-libcuda.so.1\nEOF\n")
+	for _, tc := range []struct{ build, want string }{
+		{"arch linux/amd64\n", "x86_64"}, {"arch linux/arm64\n", "aarch64"}, {"", "x86_64"},
+	} {
+		bundle, probe := stubBundle(t, map[string]string{"alloc": "--- PASS: TestA"}, nil, benchJSON(t, nil))
+		if tc.build != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(bundle, "BUILD"), []byte(tc.build), 0o644))
+		}
+		s, _, out := runScript(t, path, bundle)
+		require.NotNil(t, s, out)
+		want := filepath.Join(libs, tc.want+"-libcuda.so.1")
+		require.Equal(t, want, s.Libcuda, "%q", tc.build)
+		env, err := os.ReadFile(filepath.Join(probe, "alloc.env"))
+		require.NoError(t, err)
+		require.Contains(t, "\n"+string(env), "\nOMPALLOC_REAL_CUDA="+want+"\n")
+	}
+}
+
+// Every step runs under timeout: a bench that hangs is stopped, named in
+// timed_out, and fails the run; the summary is still written.
+func TestRunTimesOut(t *testing.T) {
+	path := sandboxPATH(t, append(hostTools, "sleep")...)
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	bundle, _ := stubBundle(t, map[string]string{"alloc": "--- PASS: TestA"}, nil, benchJSON(t, nil))
+	writeExe(t, filepath.Join(bundle, "ompalloc"), "case $1 in\ninfo) echo '{}' ;;\nbench) sleep 60 ;;\nesac\n")
+	start := time.Now()
+	s, code, out := runScript(t, path, bundle, "OMPALLOC_CUDA_LIBRARY="+lib, "BENCH_TIMEOUT=1")
+	require.Less(t, time.Since(start), 30*time.Second, "the bench was stopped")
+	require.NotNil(t, s, out)
+	require.Equal(t, 1, code)
+	require.Equal(t, 1, s.Status)
+	require.Equal(t, []string{"bench"}, s.TimedOut)
+	require.Contains(t, out, "ran out of time: bench")
+}
+
+// The probe step: gpuprobe's JSON goes to OUT/probe.json, `probe` runs it
+// alone (no test binaries needed), and `run` reports it in the summary; a
+// probe that fails fails the run.
+func TestRunProbe(t *testing.T) {
+	path := sandboxPATH(t, hostTools...)
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	good := "while (($#)); do case $1 in -o) o=$2; shift ;; -lib) l=$2; shift ;; -size) z=$2; shift ;; esac; shift; done\n" +
+		"printf '{\"schema\":\"ompalloc-gpuprobe/1\",\"library\":\"%s\",\"size\":\"%s\",\"questions\":[]}\\n' \"$l\" \"$z\" >\"$o\"\n"
+	for _, tc := range []struct {
+		name, body, probe string
+		status            int
+	}{
+		{"answers", good, "measured", 0},
+		{"fails", "echo 'gpuprobe: cuInit: CUDA_ERROR_NO_DEVICE' >&2; exit 1\n", "failed: gpuprobe: cuInit: CUDA_ERROR_NO_DEVICE", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bundle, _ := stubBundle(t, map[string]string{"alloc": "--- PASS: TestA"}, nil, benchJSON(t, []benchResult{
+				{Group: "h2d", Series: "pinned", SizeBytes: 1 << 30, NsPerOp: 2e7, GBPerS: 53, OfPeak: 0.98}}))
+			writeExe(t, filepath.Join(bundle, "gpuprobe"), tc.body)
+			s, code, out := runScript(t, path, bundle, "OMPALLOC_CUDA_LIBRARY="+lib, "PROBE_SIZE=4M")
+			require.NotNil(t, s, out)
+			require.Equal(t, tc.probe, s.Probe)
+			require.Equal(t, tc.status, s.Status)
+			require.Equal(t, tc.status, code)
+
+			// probe alone: a bundle with only the probe will do.
+			only := t.TempDir()
+			writeExe(t, filepath.Join(only, "gpuprobe"), tc.body)
+			res := filepath.Join(t.TempDir(), "out")
+			cmd := exec.Command(filepath.Join(path, "bash"), script, "probe", only, res)
+			cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir(), "OMPALLOC_CUDA_LIBRARY=" + lib}
+			o, err := cmd.CombinedOutput()
+			if tc.status != 0 {
+				require.Error(t, err, "%s", o)
+				return
+			}
+			require.NoError(t, err, "%s", o)
+			var p struct{ Schema, Library, Size string }
+			data, err := os.ReadFile(filepath.Join(res, "probe.json"))
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(data, &p), "%s", data)
+			require.Equal(t, "ompalloc-gpuprobe/1", p.Schema)
+			require.Equal(t, lib, p.Library)
+			require.Equal(t, "256M", p.Size, "the default size")
+		})
+	}
 }

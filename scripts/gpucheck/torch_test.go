@@ -140,7 +140,7 @@ func TestTorchPeak(t *testing.T) {
 func TestRunWithTorch(t *testing.T) {
 	py := python(t)
 	mod := stubModule(t)
-	path := sandboxPATH(t, append(hostTools, "tail", "tr")...)
+	path := sandboxPATH(t, hostTools...)
 	require.NoError(t, os.Symlink(py, filepath.Join(path, "python3")))
 	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
 	require.NoError(t, os.WriteFile(lib, nil, 0o644))

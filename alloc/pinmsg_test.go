@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"unsafe"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/memspace"
@@ -85,4 +87,58 @@ func TestPinMessageChild(t *testing.T) {
 	require.Nil(t, p)
 	require.ErrorIs(t, err, ErrPinFailed)
 	os.Stdout.WriteString("PINERR " + err.Error() + "\n")
+}
+
+// Issue 23, item 2: under a pinned-bytes limit below one chunk, blocks of a
+// second size get a span of their own in what the limit leaves: under
+// 128 KiB, two 1000-byte blocks and a 16,000-byte one are all served
+// (before, the 16,000-byte block asked for a new 4 MiB chunk and failed,
+// "4194304 more bytes would exceed the pinned-memory limit of 131072
+// bytes"). Under 64 KiB the heap's one 64 KiB page is all there is: the
+// 1000-byte blocks fill it, and a 16,000-byte block is refused for the page
+// it needs, not for a chunk.
+func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
+	for _, tc := range []struct {
+		limit uintptr
+		fits  bool
+	}{{128 << 10, true}, {64 << 10, false}} {
+		t.Run(itoa(tc.limit), func(t *testing.T) {
+			Trim()
+			_, used := PinnedLimit()
+			require.Zero(t, used, "no pinned chunk cached")
+			old := SetPinnedLimit(tc.limit)
+			t.Cleanup(func() { SetPinnedLimit(old); Trim() })
+			a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+			var ps []unsafe.Pointer
+			t.Cleanup(func() {
+				for _, p := range ps {
+					require.NoError(t, Free(p))
+				}
+			})
+			for range 2 {
+				p, err := a.Alloc(1000)
+				require.NoError(t, err)
+				require.True(t, isPinned(t, p))
+				ps = append(ps, p)
+			}
+			p, err := a.Alloc(16000)
+			if tc.fits {
+				require.NoError(t, err, "a 16,000-byte block fits in what the limit leaves")
+				require.True(t, isPinned(t, p))
+				ps = append(ps, p)
+			} else {
+				require.ErrorIs(t, err, ErrPinFailed)
+				require.NotContains(t, err.Error(), "4194304", "refused for the page it needs, not a chunk")
+				require.ErrorContains(t, err, "65536 more bytes would exceed the pinned-memory limit of 65536 bytes (65536 pinned)")
+			}
+			// The rest of the first page still serves 1000-byte blocks.
+			for range 40 {
+				p, err := a.Alloc(1000)
+				require.NoError(t, err)
+				ps = append(ps, p)
+			}
+			_, used = PinnedLimit()
+			require.LessOrEqual(t, used, tc.limit)
+		})
+	}
 }

@@ -126,7 +126,9 @@ func (s *pinSource) AcquireChunk(n, align, need uintptr) (p, usable uintptr, err
 	if max, used := PinnedLimit(); max > 0 && used+n > max {
 		if avail := (max - min(used, max)) &^ (64<<10 - 1); avail >= need {
 			usable = avail
-		} // else the whole chunk is asked for, and the limit refuses it by name
+		} else {
+			usable = need // the limit refuses what the heap needs, by name: not the whole chunk
+		}
 	}
 	p, err = s.acquire(n, align, usable)
 	return p, usable, err

@@ -27,8 +27,9 @@ const (
 var (
 	classSize  [numClasses]uintptr
 	classPages [numClasses]uintptr // pages per span of the class
-	// classMinPages: the fewest pages a span may have (8 slots), used when
-	// classPages cannot be had
+	// classMinPages: the fewest pages a span may have (one slot: a page for
+	// every small class), used when classPages cannot be had (a pinned
+	// heap whose limit leaves less than a chunk)
 	classMinPages [numClasses]uintptr
 	classCap      [numClasses]int32 // per-P cache capacity (slots)
 	// classDivMul[c] turns a division by classSize[c] into a multiply:
@@ -67,7 +68,7 @@ func init() {
 	}
 	for c, s := range classSize {
 		classPages[c] = spanPages(s)
-		classMinPages[c] = (8*s + hdrSize + pageSize - 1) / pageSize
+		classMinPages[c] = (s + hdrSize + pageSize - 1) / pageSize // one slot: a page for every small class
 		classCap[c] = int32(min(256, max(8, 32<<10/s)))
 		classDivMul[c] = uint64((1<<divShift + s - 1) / s)
 	}

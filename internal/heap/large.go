@@ -33,6 +33,18 @@ func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uint
 	}
 	p, usable, err := h.acquireChunk(least * pageSize)
 	if err != nil {
+		// A source that cannot give a chunk (a pinned-bytes limit below
+		// one) may have left room for least pages in one it gave before:
+		// a small limit serves what fits in it.
+		if least < n {
+			for _, c := range h.chunks {
+				for i := uintptr(0); i+least <= pagesPerChunk; i += alignPages {
+					if m := pageMask(i, least); c.used&m == 0 {
+						return c, i, h.takePages(c, m), least, nil
+					}
+				}
+			}
+		}
 		return nil, 0, false, 0, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
 	}
 	if usable < n*pageSize {

@@ -28,8 +28,8 @@ var groups = []groupInfo{
 	{name: "lock_regions", title: "with N regions locked: lock+unlock of a contained sub-range, and a lookup", byRegions: true},
 	{name: "partition_alloc_free", title: "alloc+free of 64 B on allocators with each partition trait (mbind per chunk: all should cost the same)"},
 	{name: "pin_huge", title: "pin a large region: map, mlock, munlock, unmap, with 4 KiB pages, with MADV_HUGEPAGE first, and in 2 MiB hugetlb pages"},
-	{name: "h2d", title: "host→device copy bandwidth (in brackets: of the driver peak, same size, this run)", bandwidth: true},
-	{name: "d2h", title: "device→host copy bandwidth (in brackets: of the driver peak)", bandwidth: true},
+	{name: "h2d", title: "host→device copy bandwidth (in parentheses: of the driver peak, same size, this run)", bandwidth: true},
+	{name: "d2h", title: "device→host copy bandwidth (in parentheses: of the driver peak)", bandwidth: true},
 	{name: "small_copy", title: "small host→device copy on a queue: submit + synchronize"},
 }
 

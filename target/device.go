@@ -35,6 +35,7 @@ type Device struct {
 	host    bool
 	reg     *pinned.Registry
 	pool    *stagingPool
+	devpool *devPool // cached device memory (devpool.go)
 	mapMode pinned.MapMode
 
 	infoOnce sync.Once
@@ -55,6 +56,7 @@ func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg Stagi
 		ID: id, impl: impl, opener: opener, plugin: pluginName, host: host,
 		reg:     pinned.New(impl),
 		pool:    newStagingPool(impl, cfg),
+		devpool: newDevPool(),
 		mapMode: mode,
 		allocs:  map[uintptr]plugin.MemKind{},
 		queues:  map[*Queue]struct{}{},
@@ -253,6 +255,7 @@ func (d *Device) close() error {
 		errs = append(errs, q.destroy())
 	}
 	d.pool.close()
+	d.devpool.closePool(d.impl)
 	if err := d.impl.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("device %d: close: %w", d.ID, err))
 	}

@@ -1,0 +1,136 @@
+package target
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+func TestPoolClass(t *testing.T) {
+	for _, c := range []struct{ n, want uintptr }{
+		{1, 512}, {512, 512}, {513, 640}, {1000, 1024}, {1025, 1280}, {1 << 20, 1 << 20}, {1<<20 + 1, 1<<20 + 1<<18}, {3 << 20, 3 << 20},
+	} {
+		got := poolClass(c.n)
+		require.Equal(t, c.want, got, "class of %d", c.n)
+		require.GreaterOrEqual(t, got, c.n)
+		require.LessOrEqual(t, got, max(512, c.n+c.n/4), "at most a quarter over")
+	}
+}
+
+func TestDevicePoolReuseAndStats(t *testing.T) {
+	f, d := withFake(t, 0)
+	p, err := d.PoolAlloc(1<<20, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, f.live(plugin.MemDevice))
+	st := d.PoolStats()
+	require.Equal(t, PoolStats{Reserved: 1 << 20, InUse: 1 << 20, Misses: 1}, st)
+
+	require.NoError(t, d.PoolFree(p, nil))
+	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
+	st = d.PoolStats()
+	require.Equal(t, uintptr(1<<20), st.Reserved)
+	require.Zero(t, st.InUse)
+	require.Equal(t, 1, st.FreeBlocks)
+	require.Zero(t, st.Waiting, "no queue: ready at once")
+
+	p2, err := d.PoolAlloc(1<<20-100, nil) // same class
+	require.NoError(t, err)
+	require.Equal(t, p, p2)
+	require.Equal(t, uint64(1), d.PoolStats().Hits)
+	require.Equal(t, 1, f.live(plugin.MemDevice))
+
+	err = d.PoolFree(p2+8, nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.NoError(t, d.PoolFree(p2, nil))
+	require.ErrorIs(t, d.PoolFree(p2, nil), ErrInvalidArgument, "a double free")
+	_, err = d.PoolAlloc(0, nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+
+	require.Equal(t, uintptr(1<<20), d.TrimPool(0))
+	require.Zero(t, f.live(plugin.MemDevice))
+	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1}, d.PoolStats())
+}
+
+// A block freed after use on queue A is reused by A at once, by anyone
+// else only after A's work issued before the free completed.
+func TestDevicePoolQueueOrder(t *testing.T) {
+	f, d := withFake(t, 0)
+	qa, err := d.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, qa.Close()) })
+	qb, err := d.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, qb.Close()) })
+	t.Cleanup(f.release)
+
+	p, err := d.PoolAlloc(4096, qa)
+	require.NoError(t, err)
+	f.holdWork()
+	src := make([]byte, 4096)
+	arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: 4096})
+	require.NoError(t, err)
+	require.NoError(t, CopyToDevice(arr, src, qa)) // A's work uses the block, held
+	require.NoError(t, d.PoolFree(p, qa))
+	require.Equal(t, 1, d.PoolStats().Waiting)
+
+	pa, err := d.PoolAlloc(4096, qa)
+	require.NoError(t, err)
+	require.Equal(t, p, pa, "the same queue reuses at once: its later work runs after")
+	require.NoError(t, d.PoolFree(pa, qa))
+
+	pb, err := d.PoolAlloc(4096, qb)
+	require.NoError(t, err)
+	require.NotEqual(t, p, pb, "another queue must not get the block before A's work is done")
+	pn, err := d.PoolAlloc(4096, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, p, pn)
+	require.NoError(t, d.PoolFree(pb, nil))
+	require.NoError(t, d.PoolFree(pn, nil))
+
+	// Freed without a queue, they wait for every queue's work (A's is held).
+	require.Zero(t, d.TrimPool(0), "nothing waiting is released")
+	require.Equal(t, 3, d.PoolStats().FreeBlocks)
+	require.Equal(t, 3, d.PoolStats().Waiting)
+
+	f.release()
+	require.NoError(t, qa.Synchronize())
+	require.Equal(t, 2, d.PoolStats().Waiting, "the blocks freed without a queue wait for idle B's query too")
+	got, err := d.PoolAlloc(4096, qb)
+	require.NoError(t, err)
+	require.Equal(t, p, got, "reusable by anyone once A's work is done")
+	got2, err := d.PoolAlloc(4096, nil) // a miss: B is queried first, its blocks become ready
+	require.NoError(t, err)
+	require.Contains(t, []uintptr{pb, pn}, got2)
+	require.Equal(t, 3, f.live(plugin.MemDevice), "no new driver allocation")
+	require.Zero(t, d.PoolStats().Waiting)
+	require.NoError(t, d.PoolFree(got2, nil))
+	require.NoError(t, d.PoolFree(got, nil))
+	d.TrimPool(0)
+}
+
+func TestDevicePoolLimit(t *testing.T) {
+	f, d := withFake(t, 0)
+	d.SetPoolLimit(1 << 20)
+	t.Cleanup(func() { d.SetPoolLimit(0); d.TrimPool(0) })
+	a, err := d.PoolAlloc(512<<10, nil)
+	require.NoError(t, err)
+	b, err := d.PoolAlloc(512<<10, nil)
+	require.NoError(t, err)
+	_, err = d.PoolAlloc(4096, nil)
+	require.ErrorIs(t, err, ErrPoolLimit)
+	require.ErrorContains(t, err, "1048576 of 1048576 bytes reserved")
+	require.NoError(t, d.PoolFree(a, nil))
+	// Another class at the limit: the ready free block goes back first.
+	c, err := d.PoolAlloc(256<<10, nil)
+	require.NoError(t, err)
+	st := d.PoolStats()
+	require.Equal(t, uintptr(768<<10), st.Reserved)
+	require.Equal(t, uint64(1), st.Released)
+	require.Equal(t, 2, f.live(plugin.MemDevice))
+	require.NoError(t, d.PoolFree(b, nil))
+	require.NoError(t, d.PoolFree(c, nil))
+	d.SetPoolLimit(256 << 10)
+	require.Equal(t, uintptr(256<<10), d.PoolStats().Reserved, "a lower limit gives back what is over it")
+}

@@ -215,10 +215,12 @@ type Heap struct {
 	closed   atomic.Bool
 
 	// Chunks and regions let go under mu, given back after it (giveback.go).
-	doomed    []doomedRange
-	relChunks int          // chunks on their way back to the source
-	relHuge   int          // huge regions on their way back
-	gate      sync.RWMutex // shared while ranges go back; Stats waits for them
+	doomed     []doomedRange
+	awaiting   []doomedRange // chunks let go, waiting for a grace period (giveback.go)
+	graceAsked bool          // a collection's cleanup will give awaiting back
+	relChunks  int           // chunks on their way back to the source
+	relHuge    int           // huge regions on their way back
+	gate       sync.RWMutex  // shared while ranges go back; Stats waits for them
 }
 
 // New returns a heap drawing on src.
@@ -426,23 +428,32 @@ func (h *Heap) handOutZeroed(slot, off, size uintptr, owner uint32) uintptr {
 
 // Free releases the block at p, whichever heap it came from. Foreign and
 // interior pointers and double frees are reported and change nothing.
+//
+// A stale pointer may point into a chunk another goroutine is releasing
+// (a double free racing Trim): the lookup, the header's check and its
+// compare-and-swap run pinned, and a released chunk is unmapped only after
+// a grace period in which every goroutine pinned at its release has
+// unpinned (see giveback.go), so they never read unmapped memory.
 func Free(p uintptr) (Block, error) {
+	pid := pcpu.Pin()
 	ch := lookupLow(p) // inlined: lookup's common case
 	if ch == nil {
 		if ch = lookupHigh(p); ch == nil {
+			pcpu.Unpin()
 			return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
 		}
 	}
 	h := ch.heap
 	if ch.huge != nil {
-		return h.freeLarge(ch, ch.huge, p)
+		return h.freeLarge(pid, ch, ch.huge, p) // unpins
 	}
 	s := ch.pages[(p-ch.base)>>pageShift].Load()
 	if s == nil {
+		pcpu.Unpin()
 		return Block{}, h.notAtBlock(ch, p)
 	}
 	if s.state.Load() != spanSmall {
-		return h.freeLarge(ch, s, p)
+		return h.freeLarge(pid, ch, s, p) // unpins
 	}
 	// The common case inline: p is 16-aligned at its slot's recorded offset
 	// and wins the CAS live → free. Anything else, checkSmall explains.
@@ -451,35 +462,57 @@ func Free(p uintptr) (Block, error) {
 	hd := hdr(p)
 	if p%minAlign != 0 || p < first || p-slot < hdrSize ||
 		!atomic.CompareAndSwapUint32(&hd.tag, tag(magicLive, p-slot), tag(magicFree, p-slot)) {
-		if _, err := checkSmall(s, p); err != nil {
-			return Block{}, err
+		if staleFreeHook != nil {
+			staleFreeHook()
+		}
+		_, bad := smallState(s, p)
+		pcpu.Unpin()
+		if bad != smallLive {
+			return Block{}, smallErr(bad, p)
 		}
 		return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p) // a racing free won the CAS
 	}
 	b := Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}
-	b.Tally = tallyOf(b.Owner) // before the block is counted out (see Block.Tally)
-	h.freeSlot(s.class, slot, b)
+	b.Tally = tallyOf(b.Owner)        // before the block is counted out (see Block.Tally)
+	h.freeSlot(pid, s.class, slot, b) // unpins
 	return b, nil
 }
 
+// staleFreeHook, set by tests only, runs in Free between a failed
+// compare-and-swap of a small block's header and the checks that explain
+// it: the window in which a stale pointer's chunk can be released.
+var staleFreeHook func()
+
 // Inspect validates p like Free and describes its block without freeing it.
 func Inspect(p uintptr) (Block, error) {
+	pcpu.Pin() // the chunk stays mapped while the header is read (see Free)
 	ch := lookup(p)
 	if ch == nil {
+		pcpu.Unpin()
 		return Block{}, fmt.Errorf("%w: %#x", ErrForeign, p)
 	}
 	h := ch.heap
 	s := ch.spanAt(p)
 	if s == nil {
+		pcpu.Unpin()
 		return Block{}, h.notAtBlock(ch, p)
 	}
-	switch s.state.Load() {
-	case spanSmall:
-		if _, err := checkSmall(s, p); err != nil {
-			return Block{}, err
+	st := s.state.Load()
+	if st == spanSmall {
+		_, bad := smallState(s, p)
+		var b Block
+		if bad == smallLive {
+			hd := hdr(p)
+			b = Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}
 		}
-		hd := hdr(p)
-		return Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}, nil
+		pcpu.Unpin()
+		if bad != smallLive {
+			return Block{}, smallErr(bad, p)
+		}
+		return b, nil
+	}
+	pcpu.Unpin()
+	switch st {
 	case spanLarge:
 		h.mu.Lock()
 		defer h.mu.Unlock()

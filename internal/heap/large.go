@@ -261,13 +261,19 @@ func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
 	return fmt.Errorf("%w: %#x is in free pages of heap %s", ErrForeign, p, h.cfg.Name)
 }
 
-func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
+// freeLarge frees the large block at p, whose span is s; the caller
+// (Free) is pinned to P pid, and freeLarge unpins. Only the span (Go
+// memory) is read, never the block's pages.
+func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, error) {
 	if p != s.base {
+		pcpu.Unpin()
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	// The state change decides which of two racing frees wins.
 	if !s.state.CompareAndSwap(spanLarge, spanRetained) {
-		if st := s.state.Load(); st == spanRetained || st == spanDead {
+		st := s.state.Load()
+		pcpu.Unpin()
+		if st == spanRetained || st == spanDead {
 			return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 		}
 		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
@@ -275,8 +281,11 @@ func (h *Heap) freeLarge(ch *chunk, s *span, p uintptr) (Block, error) {
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
 	t := tallyOf(b.Owner) // before the block is counted out (see Block.Tally)
 	b.Tally = t
-	if ch.huge == nil && h.cacheSpan(s, b, t) {
+	if ch.huge == nil && h.cacheSpan(pid, s, b, t) { // unpins
 		return b, nil
+	}
+	if ch.huge != nil {
+		pcpu.Unpin()
 	}
 	if t != nil {
 		t.CountFree(int64(b.Size), int64(b.Footprint))
@@ -318,13 +327,14 @@ func (h *Heap) keepOrFree(s *span) {
 	h.releaseHuge(s)
 }
 
-// cacheSpan keeps a freed medium span in the current P's cache and counts
-// b out of t there, in one pinned section. False: not kept, not counted.
-func (h *Heap) cacheSpan(s *span, b Block, t *Tally) bool {
+// cacheSpan keeps a freed medium span in P pid's cache and counts b out of
+// t there, in the pinned section the caller began; it unpins. False: not
+// kept, not counted.
+func (h *Heap) cacheSpan(pid int, s *span, b Block, t *Tally) bool {
 	if h.closed.Load() {
+		pcpu.Unpin()
 		return false
 	}
-	pid := pcpu.Pin()
 	cs := *h.caches.Load()
 	if pid >= len(cs) {
 		pcpu.Unpin()

@@ -4,29 +4,44 @@ package heap
 // alloc.Resize: a block's slot or pages often have room beyond the size
 // asked, and using it saves a copy.
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+)
 
 // Room returns the live block at p and the bytes usable from p without
 // moving it: its slot less the header offset (small blocks) or its pages
 // (large ones). It validates p as Inspect does.
 func Room(p uintptr) (Block, uintptr, error) {
+	pcpu.Pin() // the chunk stays mapped while the header is read (see Free)
 	ch := lookup(p)
 	if ch == nil {
+		pcpu.Unpin()
 		return Block{}, 0, fmt.Errorf("%w: %#x", ErrForeign, p)
 	}
 	h := ch.heap
 	s := ch.spanAt(p)
 	if s == nil {
+		pcpu.Unpin()
 		return Block{}, 0, h.notAtBlock(ch, p)
 	}
-	switch s.state.Load() {
-	case spanSmall:
-		slot, err := checkSmall(s, p)
-		if err != nil {
-			return Block{}, 0, err
+	st := s.state.Load()
+	if st == spanSmall {
+		slot, bad := smallState(s, p)
+		var b Block
+		if bad == smallLive {
+			hd := hdr(p)
+			b = Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}
 		}
-		hd := hdr(p)
-		return Block{Heap: h, Owner: hd.owner(), Size: hd.size(), Footprint: s.size}, slot + s.size - p, nil
+		pcpu.Unpin()
+		if bad != smallLive {
+			return Block{}, 0, smallErr(bad, p)
+		}
+		return b, slot + s.size - p, nil
+	}
+	pcpu.Unpin()
+	switch st {
 	case spanLarge:
 		h.mu.Lock()
 		defer h.mu.Unlock()

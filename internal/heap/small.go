@@ -162,35 +162,63 @@ func (h *Heap) returnSlot(slot uintptr) {
 	}
 }
 
-// checkSmall validates that p is the user pointer of a live slot of s.
-func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
+// What smallState finds at p.
+const (
+	smallLive   = iota // the user pointer of a live block
+	smallFreed         // a freed block's start: a double free
+	smallInside        // not a block's start (inside one, or misaligned)
+)
+
+// smallState says whether p is the user pointer of a live slot of s, and
+// that slot. It reads the slot's headers and allocates nothing, so that
+// callers can run it pinned (see Free); smallErr makes its answer an error.
+func smallState(s *span, p uintptr) (slot uintptr, st int) {
 	if p%minAlign != 0 { // every block is 16-aligned; and the header read below must be aligned
-		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		return 0, smallInside
 	}
 	first := s.base + hdrSize
 	if p < first {
-		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		return 0, smallInside
 	}
 	rel := uint64(p - first) // < 1 MiB: p is in one of the span's pages
 	slot = first + uintptr(rel*s.divMul>>divShift)*s.size
 	off := p - slot
 	if off < hdrSize {
-		return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		return 0, smallInside
 	}
 	hd := hdr(p)
 	t := atomic.LoadUint32(&hd.tag)
 	m := t >> 16
 	if t == tag(magicLive, off) {
-		return slot, nil
+		return slot, smallLive
 	}
 	// Not a live block's start. A slot reused at a smaller offset keeps the
 	// freed header of its earlier block inside the new block's bytes, so a
 	// free magic at p-16 is a double free only if no live block of the slot
 	// starts before p; if one does, p points inside it.
 	if m == magicFree && !liveBefore(slot, p) {
-		return 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+		return 0, smallFreed
 	}
-	return 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
+	return 0, smallInside
+}
+
+// smallErr is the error for what smallState found (nil for a live block).
+func smallErr(st int, p uintptr) error {
+	switch st {
+	case smallLive:
+		return nil
+	case smallFreed:
+		return fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+	}
+	return fmt.Errorf("%w: %#x", ErrInvalid, p)
+}
+
+// checkSmall validates that p is the user pointer of a live slot of s. The
+// caller keeps the chunk mapped (pinned, or under h.mu with the chunk
+// still in the table).
+func checkSmall(s *span, p uintptr) (slot uintptr, err error) {
+	slot, st := smallState(s, p)
+	return slot, smallErr(st, p)
 }
 
 // liveBefore reports whether a live block of the slot starts before p. A
@@ -207,10 +235,9 @@ func liveBefore(slot, p uintptr) bool {
 }
 
 // freeSlot puts a freed slot in the current P's cache and counts b out of
-// its owner's tally, in one pinned section.
-func (h *Heap) freeSlot(c int, slot uintptr, b Block) {
+// its owner's tally, in the pinned section Free began on P pid; it unpins.
+func (h *Heap) freeSlot(pid, c int, slot uintptr, b Block) {
 	t := b.Tally
-	pid := pcpu.Pin()
 	cs := *h.caches.Load()
 	if pid >= len(cs) {
 		pcpu.Unpin()

@@ -21,8 +21,8 @@ type leaf [1 << leafBits]atomic.Pointer[chunk]
 
 var (
 	root    [1 << rootBits]atomic.Pointer[leaf]
-	highMu  sync.Mutex
-	highMap map[uintptr]*chunk
+	highMu  sync.Mutex                         // serialises writers of highMap
+	highMap atomic.Pointer[map[uintptr]*chunk] // copied on write: read without a lock (Free reads it pinned)
 	leafMu  sync.Mutex
 )
 
@@ -52,9 +52,10 @@ func lookupHigh(p uintptr) *chunk {
 	if g < 1<<(rootBits+leafBits) {
 		return nil
 	}
-	highMu.Lock()
-	defer highMu.Unlock()
-	return within(highMap[g], p)
+	if m := highMap.Load(); m != nil {
+		return within((*m)[g], p)
+	}
+	return nil
 }
 
 // within returns ch if p lies in it. A huge region's last granule is
@@ -74,14 +75,18 @@ func setGranules(base, n uintptr, c *chunk) {
 	for g := base >> chunkShift; g <= (base+n-1)>>chunkShift; g++ {
 		if g >= 1<<(rootBits+leafBits) {
 			highMu.Lock()
-			if highMap == nil {
-				highMap = map[uintptr]*chunk{}
+			m := map[uintptr]*chunk{}
+			if old := highMap.Load(); old != nil {
+				for k, v := range *old {
+					m[k] = v
+				}
 			}
 			if c == nil {
-				delete(highMap, g)
+				delete(m, g)
 			} else {
-				highMap[g] = c
+				m[g] = c
 			}
+			highMap.Store(&m)
 			highMu.Unlock()
 			continue
 		}

@@ -25,7 +25,7 @@ func (h *Heap) Trim() uintptr {
 	h.unlock()
 	runtime.GC()
 	h.mu.Lock()
-	defer h.unlock()
+	defer h.unlockGraced()
 	for _, pc := range old {
 		pc.guard.Lock() // uncontended: the grace period made the old caches ours
 		for _, l := range pc.lists {

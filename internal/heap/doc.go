@@ -20,6 +20,11 @@
 // the central lists under the heap's mutex. Trim drains the caches and gives
 // empty chunks back to the source.
 //
+// Stale pointers. Free validates a small block (lookup, header check and
+// swap) pinned, and a chunk leaves the table before it goes back to the
+// source only after a stop-the-world (giveback.go): a double free racing
+// the release of its chunk never reads unmapped memory.
+//
 // Zeroed requests clear only memory that may hold old bytes: slots and
 // pages never used since the source handed them over are zero already.
 //

@@ -5,17 +5,17 @@ import (
 	"unsafe"
 )
 
-// ByteAlignment is the alignment of every slice a ByteAllocator returns, at
+// ByteAlignment is the alignment of every slice a ArrowAllocator returns, at
 // least: Arrow's buffers assume 64 bytes (one cache line, an AVX-512
 // vector). An allocator aligned more strictly keeps its own alignment.
 const ByteAlignment = 64
 
-// ByteAllocator hands out []byte in an allocator's memory. Its method set is
+// ArrowAllocator hands out []byte in an allocator's memory. Its method set is
 // that of Apache Arrow Go's memory.Allocator, so a value plugs into every
 // Arrow builder, IPC reader and compute kernel without this module
 // importing Arrow:
 //
-//	var mem memory.Allocator = alloc.Bytes(pinned)
+//	var mem memory.Allocator = alloc.NewArrowAllocator(pinned)
 //	b := array.NewFloat64Builder(mem)
 //
 // As Arrow's own allocators do, it returns zeroed memory, len == size
@@ -35,22 +35,22 @@ const ByteAlignment = 64
 // that did not come from this allocator or its fallbacks (ErrInvalidPointer,
 // ErrDoubleFree, ErrInvalidArgument). A program that must survive running
 // out recovers the panic, or gives the allocator a fallback. A
-// ByteAllocator is safe for concurrent use.
-type ByteAllocator struct{ a *Allocator }
+// ArrowAllocator is safe for concurrent use.
+type ArrowAllocator struct{ a *Allocator }
 
-// Bytes returns a's byte allocator; nil means the default allocator (as it
+// NewArrowAllocator returns a's Arrow allocator; nil means the default allocator (as it
 // is now: a later SetDefault does not change the result). Device memory
 // that the host cannot touch (TargetDevice on a GPU) cannot back a []byte:
 // Allocate panics with ErrNotSupported.
-func Bytes(a *Allocator) ByteAllocator {
+func NewArrowAllocator(a *Allocator) ArrowAllocator {
 	if a == nil {
 		a = Default()
 	}
-	return ByteAllocator{a: a}
+	return ArrowAllocator{a: a}
 }
 
 // Allocate returns size zeroed bytes (len == cap == size).
-func (b ByteAllocator) Allocate(size int) []byte {
+func (b ArrowAllocator) Allocate(size int) []byte {
 	if size < 0 {
 		panic(b.fail("Allocate", size, fmt.Errorf("%w: negative size", ErrInvalidArgument)))
 	}
@@ -71,7 +71,7 @@ func (b ByteAllocator) Allocate(size int) []byte {
 // bytes and returns the new slice; buf must not be used afterwards. The
 // first min(old, size) bytes are kept, the rest are zero. An empty buf is
 // Allocate(size); size 0 frees buf and returns an empty slice.
-func (b ByteAllocator) Reallocate(size int, buf []byte) []byte {
+func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 	if size < 0 {
 		panic(b.fail("Reallocate", size, fmt.Errorf("%w: negative size", ErrInvalidArgument)))
 	}
@@ -108,7 +108,7 @@ func (b ByteAllocator) Reallocate(size int, buf []byte) []byte {
 // Free releases buf, which Allocate or Reallocate returned (re-sliced to
 // any length, as long as it starts where it did). An empty slice with no
 // capacity is a no-op.
-func (b ByteAllocator) Free(buf []byte) {
+func (b ArrowAllocator) Free(buf []byte) {
 	if cap(buf) == 0 {
 		return
 	}
@@ -121,17 +121,17 @@ func (b ByteAllocator) Free(buf []byte) {
 }
 
 // owned checks that buf is a block of b's allocator (or its fallbacks).
-func (b ByteAllocator) owned(buf []byte, op string) (BlockInfo, error) {
-	info, err := inspectSlice(unsafe.Pointer(unsafe.SliceData(buf)), "Bytes."+op)
+func (b ArrowAllocator) owned(buf []byte, op string) (BlockInfo, error) {
+	info, err := inspectSlice(unsafe.Pointer(unsafe.SliceData(buf)), "ArrowAllocator."+op)
 	if err != nil {
 		return BlockInfo{}, err
 	}
-	if err := checkOwner(b.a, info, "Bytes."+op); err != nil {
+	if err := checkOwner(b.a, info, "ArrowAllocator."+op); err != nil {
 		return BlockInfo{}, err
 	}
 	return info, nil
 }
 
-func (b ByteAllocator) fail(op string, size int, err error) error {
-	return fmt.Errorf("ompalloc: alloc: Bytes(%v).%s(%d): %w", b.a, op, size, err)
+func (b ArrowAllocator) fail(op string, size int, err error) error {
+	return fmt.Errorf("ompalloc: alloc: ArrowAllocator(%v).%s(%d): %w", b.a, op, size, err)
 }

@@ -22,12 +22,12 @@ type arrowAllocator interface {
 	Free(b []byte)
 }
 
-// A compile-time check only: calling Bytes(nil) here would read OMP_ALLOCATOR
+// A compile-time check only: calling NewArrowAllocator(nil) here would read OMP_ALLOCATOR
 // at package init, before TestMain takes the user's settings away.
-var _ arrowAllocator = ByteAllocator{}
+var _ arrowAllocator = ArrowAllocator{}
 
 func TestBytesMethodSetIsArrowsAllocator(t *testing.T) {
-	got := reflect.TypeOf(ByteAllocator{})
+	got := reflect.TypeOf(ArrowAllocator{})
 	want := reflect.TypeOf((*arrowAllocator)(nil)).Elem()
 	require.Equal(t, want.NumMethod(), got.NumMethod(), "exactly Arrow's methods, no more")
 	for i := range want.NumMethod() {
@@ -65,7 +65,7 @@ func dataOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b
 
 func TestBytesAllocate(t *testing.T) {
 	a := mustNew(t, memspace.Default)
-	mem := Bytes(a)
+	mem := NewArrowAllocator(a)
 	for _, size := range []int{1, 15, 63, 64, 100, 4000, 40 << 10, 1 << 20, 5 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			// Dirty the memory the next block is likely to get, so that
@@ -109,7 +109,7 @@ func indexNonZero(b []byte) int {
 
 func TestBytesReallocateInPlaceWhenRoom(t *testing.T) {
 	a := mustNew(t, memspace.Default)
-	mem := Bytes(a)
+	mem := NewArrowAllocator(a)
 	for _, size := range []int{100, 3000, 100 << 10, 3 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			b := mem.Allocate(size)
@@ -159,7 +159,7 @@ func TestBytesReallocateInPlaceWhenRoom(t *testing.T) {
 func TestBytesFailuresPanicWithSentinels(t *testing.T) {
 	a := mustNew(t, memspace.Default)
 	other := mustNew(t, memspace.Default)
-	mem, otherMem := Bytes(a), Bytes(other)
+	mem, otherMem := NewArrowAllocator(a), NewArrowAllocator(other)
 	strict := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallback(traits.NullFb))
 	dead, err := New(memspace.Default)
 	require.NoError(t, err)
@@ -179,8 +179,8 @@ func TestBytesFailuresPanicWithSentinels(t *testing.T) {
 	}{
 		{"negative Allocate", func() { mem.Allocate(-1) }, ErrInvalidArgument, "negative size"},
 		{"negative Reallocate", func() { mem.Reallocate(-1, b) }, ErrInvalidArgument, "negative size"},
-		{"pool exhausted", func() { Bytes(strict).Allocate(2 << 20) }, ErrPoolExhausted, "do not fit"},
-		{"destroyed", func() { Bytes(dead).Allocate(8) }, ErrDestroyed, "destroyed"},
+		{"pool exhausted", func() { NewArrowAllocator(strict).Allocate(2 << 20) }, ErrPoolExhausted, "do not fit"},
+		{"destroyed", func() { NewArrowAllocator(dead).Allocate(8) }, ErrDestroyed, "destroyed"},
 		{"Go memory", func() { mem.Free(goHeap) }, ErrInvalidPointer, "re-sliced or grown by append"},
 		{"grown by append", func() { mem.Free(appended) }, ErrInvalidPointer, "re-sliced or grown by append"},
 		{"re-sliced", func() { mem.Free(b[16:]) }, ErrInvalidPointer, "re-sliced or grown by append"},
@@ -192,7 +192,7 @@ func TestBytesFailuresPanicWithSentinels(t *testing.T) {
 			err := recovered(t, tc.f)
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.text)
-			require.Contains(t, err.Error(), "ompalloc: alloc: Bytes(")
+			require.Contains(t, err.Error(), "ompalloc: alloc: ArrowAllocator(")
 		})
 	}
 	// Nothing was freed or corrupted by the refused calls.
@@ -210,7 +210,7 @@ func TestBytesFailuresPanicWithSentinels(t *testing.T) {
 func TestBytesFreeThroughFallback(t *testing.T) {
 	// A block the fallback served is the allocator's to free.
 	a := mustNew(t, memspace.Default, WithPoolSize(1<<20), WithFallback(traits.DefaultMemFb))
-	mem := Bytes(a)
+	mem := NewArrowAllocator(a)
 	b := mem.Allocate(2 << 20)
 	info, err := InspectSlice(b)
 	require.NoError(t, err)
@@ -224,7 +224,7 @@ func TestBytesFreeThroughFallback(t *testing.T) {
 
 func TestBytesConcurrent(t *testing.T) {
 	a := mustNew(t, memspace.Default)
-	mem := Bytes(a)
+	mem := NewArrowAllocator(a)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -260,18 +260,18 @@ func TestBytesConcurrent(t *testing.T) {
 
 func TestBytesOnPinnedAllocator(t *testing.T) {
 	a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
-	mem := Bytes(a)
+	mem := NewArrowAllocator(a)
 	b := mem.Allocate(1000)
 	info, err := InspectSlice(b)
 	require.NoError(t, err)
 	require.True(t, info.Pinned)
 	require.True(t, isPinned(t, unsafe.Pointer(unsafe.SliceData(b))))
 	mem.Free(b)
-	plain := Bytes(mustNew(t, memspace.Default)).Allocate(10)
+	plain := NewArrowAllocator(mustNew(t, memspace.Default)).Allocate(10)
 	info, err = InspectSlice(plain)
 	require.NoError(t, err)
 	require.False(t, info.Pinned)
-	Bytes(info.Allocator).Free(plain)
+	NewArrowAllocator(info.Allocator).Free(plain)
 }
 
 var sinkBytes []byte
@@ -279,7 +279,7 @@ var sinkBytes []byte
 // Side by side: Bytes against the Go heap for a 4 KiB buffer, and
 // Reallocate growing in place against moving.
 func BenchmarkBytes(b *testing.B) {
-	mem := Bytes(Default())
+	mem := NewArrowAllocator(Default())
 	b.Run("Allocate+Free/4KiB", func(b *testing.B) {
 		for range b.N {
 			buf := mem.Allocate(4096)

@@ -11,7 +11,7 @@ import (
 
 // arrowAllocator is Apache Arrow Go's memory.Allocator, declared here with the
 // same method set: alloc.Bytes satisfies it, so it plugs into Arrow
-// (array.NewFloat64Builder(alloc.Bytes(a)), ipc.WithAllocator, ...)
+// (array.NewFloat64Builder(alloc.NewArrowAllocator(a)), ipc.WithAllocator, ...)
 // without this module importing Arrow.
 type arrowAllocator interface {
 	Allocate(size int) []byte
@@ -19,7 +19,7 @@ type arrowAllocator interface {
 	Free(b []byte)
 }
 
-func ExampleBytes() {
+func ExampleNewArrowAllocator() {
 	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.DefaultMemFb))
 	if err != nil {
 		fmt.Println(err)
@@ -27,7 +27,7 @@ func ExampleBytes() {
 	}
 	defer a.Destroy()
 
-	var mem arrowAllocator = alloc.Bytes(a)
+	var mem arrowAllocator = alloc.NewArrowAllocator(a)
 	buf := mem.Allocate(100) // zeroed, 64-byte aligned, len == cap == 100
 	buf[0] = 1
 	buf = mem.Reallocate(50, buf) // shrinks where it lies
@@ -42,14 +42,14 @@ func ExampleBytes() {
 
 // Failures panic (Arrow's interface has no error results) with an error
 // that errors.Is matches.
-func ExampleBytes_failure() {
+func ExampleNewArrowAllocator_failure() {
 	a, _ := alloc.New(memspace.Default, alloc.WithPoolSize(1<<20), alloc.WithFallback(traits.NullFb))
 	defer a.Destroy()
 	defer func() {
 		err, _ := recover().(error)
 		fmt.Println(errors.Is(err, alloc.ErrPoolExhausted))
 	}()
-	alloc.Bytes(a).Allocate(2 << 20)
+	alloc.NewArrowAllocator(a).Allocate(2 << 20)
 	// Output:
 	// true
 }

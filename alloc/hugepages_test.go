@@ -173,7 +173,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	warn := captureWarnings(t)
 	vmBase, hugeBase := vmLckKiB(t), hugetlbKiB(t)
 	before := hugetest.Pool(t)
-	stBefore := Pinned()
+	stBefore := ReadPinnedStats()
 	_, usedBefore := PinnedLimit()
 
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
@@ -198,7 +198,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 		require.Equal(t, uintptr(4<<20), m.end-m.start, "%s: one 4 MiB hugetlb mapping", name)
 	}
 
-	st := Pinned()
+	st := ReadPinnedStats()
 	require.Equal(t, uintptr(8<<20), st.HugeTLB-stBefore.HugeTLB, "chunk and rounded region in hugetlb pages")
 	require.Equal(t, stBefore.HugeTLBFallbacks, st.HugeTLBFallbacks)
 	pool, ok := PinnedPool(target.InitialDevice())
@@ -220,7 +220,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	require.NoError(t, Free(big))
 	require.NoError(t, a.Destroy())
 	Trim()
-	require.Zero(t, Pinned().HugeTLB)
+	require.Zero(t, ReadPinnedStats().HugeTLB)
 	require.Empty(t, HugeTLBRanges())
 	require.Equal(t, hugeBase, hugetlbKiB(t), "the hugetlb pages are unmapped")
 	require.Equal(t, vmBase, vmLckKiB(t))
@@ -237,7 +237,7 @@ func TestHugeTLBFallsBackToNormalPagesAndWarnsOnce(t *testing.T) {
 	tlb.warned.Store(false)
 	warn := captureWarnings(t)
 	vmBase := vmLckKiB(t)
-	fb := Pinned().HugeTLBFallbacks
+	fb := ReadPinnedStats().HugeTLBFallbacks
 
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	small, err := a.Alloc(100)
@@ -252,7 +252,7 @@ func TestHugeTLBFallsBackToNormalPagesAndWarnsOnce(t *testing.T) {
 	fill(small, 100, 1)
 	require.True(t, isPinned(t, small))
 
-	st := Pinned()
+	st := ReadPinnedStats()
 	require.Equal(t, int64(3), st.HugeTLBFallbacks-fb, "a chunk and two regions fell back")
 	require.Zero(t, st.HugeTLB)
 	if smapsTrusted() {
@@ -293,7 +293,7 @@ func TestHugePagesTHPAndOff(t *testing.T) {
 			needPinned(t, 8<<20)
 			withHugePages(t, mode)
 			vmBase := vmLckKiB(t)
-			fb := Pinned().HugeTLBFallbacks
+			fb := ReadPinnedStats().HugeTLBFallbacks
 			a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 			big, err := a.Alloc(3 << 20)
 			require.NoError(t, err)
@@ -309,7 +309,7 @@ func TestHugePagesTHPAndOff(t *testing.T) {
 			require.Equal(t, uintptr(3<<20), pool.Locked, "a 3 MiB region, not rounded")
 			require.Zero(t, pool.HugeTLB)
 			require.Equal(t, 3<<10, vmLckKiB(t)-vmBase)
-			require.Equal(t, fb, Pinned().HugeTLBFallbacks)
+			require.Equal(t, fb, ReadPinnedStats().HugeTLBFallbacks)
 			require.NoError(t, Free(big))
 			require.NoError(t, a.Destroy())
 			Trim()

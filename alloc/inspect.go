@@ -19,7 +19,7 @@ type BlockInfo struct {
 	// Size is the size of the block in bytes: as asked, or as last resized.
 	Size uintptr
 	// Room is the bytes usable where the block lies: Resize and
-	// Bytes.Reallocate grow into it without copying. 0 for target memory,
+	// ArrowAllocator.Reallocate grow into it without copying. 0 for target memory,
 	// which never grows in place.
 	Room uintptr
 	// Pinned says the block is page-locked memory: from a pinned

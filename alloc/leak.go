@@ -56,6 +56,15 @@ type Live struct {
 	Destroyed bool  // destroyed with these blocks still live
 }
 
+// String says it once: "omp_default_mem_alloc: 2 blocks (128 bytes)".
+func (l Live) String() string {
+	s := fmt.Sprintf("%s: %d %s (%d bytes)", l.Allocator, l.Blocks, plural(l.Blocks, "block", "blocks"), l.Bytes)
+	if l.Destroyed {
+		s += ", destroyed"
+	}
+	return s
+}
+
 // LiveBlocks returns every allocator, predefined or made with New and not
 // yet released, that has blocks still allocated, in handle order. A
 // program (or a test's TestMain) that has freed everything gets none.

@@ -30,8 +30,8 @@ import (
 // Trim unlocks what is idle, and so does the destruction of the last
 // allocator drawing on a pool (see PinnedPools for the policy).
 const (
-	pinnedKeepChunks = 4         // 16 MiB of empty locked chunks kept (per heap: per node)
-	pinnedKeepHuge   = 256 << 20 // bytes of freed huge locked regions kept (per heap)
+	pinnedKeepChunks = PoolKeepChunks // 16 MiB of empty locked chunks kept (per heap: per node)
+	pinnedKeepHuge   = PoolKeepHuge   // bytes of freed huge locked regions kept (per heap)
 )
 
 var (
@@ -429,8 +429,8 @@ type PinnedStats struct {
 	HugeTLBFallbacks int64
 }
 
-// Pinned returns the pinned heaps' statistics.
-func Pinned() PinnedStats {
+// ReadPinnedStats returns the pinned heaps' statistics.
+func ReadPinnedStats() PinnedStats {
 	pinnedMu.Lock()
 	var st PinnedStats
 	for _, pp := range pinnedPools {

@@ -75,7 +75,7 @@ func TestPinnedTraitLocksMemory(t *testing.T) {
 	st := a.Stats()
 	require.Equal(t, int64(201), st.BlocksLive)
 	require.NotZero(t, st.PinnedBytes)
-	require.NotZero(t, Pinned().Locks)
+	require.NotZero(t, ReadPinnedStats().Locks)
 
 	held.free(t, r)
 	for _, q := range small {

@@ -30,7 +30,7 @@ func pinnedNow(t *testing.T) pinnedWorld {
 	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	held, _ := d.Registry().HeldStats()
-	return pinnedWorld{vmLck: vmLckKiB(t), entries: d.Registry().Len(), held: held, bytes: Pinned().Bytes}
+	return pinnedWorld{vmLck: vmLckKiB(t), entries: d.Registry().Len(), held: held, bytes: ReadPinnedStats().Bytes}
 }
 
 func captureWarnings(t *testing.T) *bytes.Buffer {
@@ -180,7 +180,7 @@ func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
 	require.Equal(t, locked, pinnedNow(t), "still locked, registered and counted")
 	_, used := PinnedLimit()
 	require.Equal(t, lockedUsed, used)
-	require.Equal(t, uintptr(4<<20), Pinned().Bytes-base.bytes)
+	require.Equal(t, uintptr(4<<20), ReadPinnedStats().Bytes-base.bytes)
 
 	Trim()
 	require.Equal(t, base, pinnedNow(t))

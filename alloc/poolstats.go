@@ -21,8 +21,8 @@ import (
 // last allocator drawing on it is destroyed, it unlocks all it holds idle.
 // Trim unlocks idle memory of every pool at any time.
 const (
-	PoolKeepChunks = pinnedKeepChunks
-	PoolKeepHuge   = pinnedKeepHuge
+	PoolKeepChunks = 4         // empty 4 MiB chunks kept locked per heap (16 MiB; per node where the pool has a heap per node)
+	PoolKeepHuge   = 256 << 20 // bytes of freed huge regions kept locked per heap (256 MiB)
 )
 
 // PoolStats describes one device's pinned pool.
@@ -171,7 +171,7 @@ func poolStatsLocked(pp *pinnedPool) PoolStats {
 // isPinnedHeap reports whether h is a heap of a device's pinned pool (not
 // the shared host heap, nor a NUMA-placed one). The answer for a heap never
 // changes, so it is cached (pinned heaps from their making: newPinnedPool):
-// Inspect, and so every Bytes.Free, asks without a lock.
+// Inspect, and so every ArrowAllocator.Free, asks without a lock.
 func isPinnedHeap(h *heap.Heap) bool {
 	if h == nil {
 		return false

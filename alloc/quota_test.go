@@ -131,7 +131,7 @@ func TestPoolChargesInPlaceGrowth(t *testing.T) {
 					err = r.(error)
 				}
 			}()
-			b := Bytes(a).Reallocate(int(n), unsafe.Slice((*byte)(p), 1))
+			b := NewArrowAllocator(a).Reallocate(int(n), unsafe.Slice((*byte)(p), 1))
 			return unsafe.Pointer(unsafe.SliceData(b)), nil
 		},
 	}

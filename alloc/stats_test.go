@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -195,4 +196,19 @@ func TestPlacedHeapIsNotPinned(t *testing.T) {
 	require.Zero(t, a.Stats().PinnedBytes)
 	require.Equal(t, int64(1000), a.Stats().BytesLive)
 	require.NoError(t, FreeSlice(a, xs))
+}
+
+// LiveBlocks prints each allocator once (Handle prints the name too).
+func TestLiveBlocksPrintsEachAllocatorOnce(t *testing.T) {
+	a := mustNew(t, memspace.Default)
+	p, err := a.Alloc(10)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, Free(p)) }()
+	var mine Live
+	for _, l := range LiveBlocks() {
+		if l.Handle == a.Handle() {
+			mine = l
+		}
+	}
+	require.Equal(t, a.String()+": 1 block (10 bytes)", fmt.Sprint(mine))
 }

@@ -125,7 +125,7 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 			}
 			g.set(false)
 			<-trimmed
-			st := Pinned()
+			st := ReadPinnedStats()
 			require.Equal(t, uintptr(4<<20), st.Bytes, "the huge region given back, the chunk of the live block kept")
 		})
 	}

@@ -28,7 +28,7 @@ func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	defer Free(p, a)
 	d, err := target.Get(dev)
 	require.NoError(t, err)
-	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Len(), alloc.Pinned().Bytes
+	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Len(), alloc.ReadPinnedStats().Bytes
 
 	w := targetWarnings(t, func() { TargetUnlockMem(p, dev) })
 	require.Len(t, w, 1, "%q", w)
@@ -36,7 +36,7 @@ func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	require.Contains(t, w[0], "held by the pinned heap of device")
 	require.Equal(t, vm, vmLckKB(t), "VmLck unchanged")
 	require.Equal(t, entries, d.Registry().Len())
-	require.Equal(t, pinnedBytes, alloc.Pinned().Bytes)
+	require.Equal(t, pinnedBytes, alloc.ReadPinnedStats().Bytes)
 	require.True(t, d.Registry().IsPinned(uintptr(p)))
 
 	q := Alloc(64, a)

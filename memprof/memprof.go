@@ -313,7 +313,7 @@ func (p *pbuf) packedInt64(field int, xs []int64) {
 func init() {
 	expvar.Publish("ompalloc", expvar.Func(func() any {
 		return map[string]any{
-			"pinned":       alloc.Pinned(),
+			"pinned":       alloc.ReadPinnedStats(),
 			"pinned_pools": alloc.PinnedPools(),
 			"profile_rate": Rate(),
 		}

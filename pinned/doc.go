@@ -1,6 +1,15 @@
-// Package pinned is the per-device registry of page-locked host ranges:
-// LLVM offload's PinnedAllocationMapTy with its semantics, without its
-// defects, and with a lock-free hot path.
+// Package pinned answers whether host memory is page-locked for a device,
+// and where the device sees it:
+//
+//	d, _ := target.Get(0)
+//	if dev, ok := d.Registry().Lookup(p); ok { ... } // locked: dev is the device's address for p
+//	e, ok := d.Registry().Entry(p)                   // the whole range, its kind and references
+//
+// Locking itself goes through target (Device.LockMem and UnlockMem,
+// kmp.TargetLockMem) or a pinned allocator (alloc.WithPinned). This
+// package is the per-device registry those record in: LLVM offload's
+// PinnedAllocationMapTy with its semantics, without its defects, and with a
+// lock-free hot path.
 //
 // # What it records
 //

@@ -1,6 +1,17 @@
-// Package target is the generic device layer: the logic LLVM's
-// GenericDeviceTy writes once for every vendor, over the thin per-vendor
-// plugin.Impl (target/host, target/cuda, target/amdgpu).
+// Package target gives a Go program the devices OpenMP numbers: get one,
+// allocate memory on it, copy to and from it, and page-lock host memory
+// for it:
+//
+//	d, err := target.Get(0) // the first GPU; the host on a machine without one
+//	buf, err := d.Alloc(plugin.MemDevice, n)
+//	err = target.Memcpy(buf, uintptr(unsafe.Pointer(&host[0])), n, 0, target.InitialDevice())
+//	dev, err := d.LockMem(p, n) // llvm_omp_target_lock_mem; d.UnlockMem(p) undoes it
+//	q, err := d.NewQueue()      // copies in order on q; q.Synchronize() waits
+//
+// (AllocArray, CopyToDevice and CopyFromDevice do the same with typed
+// slices and no unsafe.) Underneath it is the generic device layer: the
+// logic LLVM's GenericDeviceTy writes once for every vendor, over the thin
+// per-vendor plugin.Impl (target/host, target/cuda, target/amdgpu).
 //
 // # Numbering
 //

@@ -302,7 +302,7 @@ func gatherInfo() *InfoReport {
 			p.Limit = fmtBytes(int64(max))
 		}
 		p.Source, p.Warning = pinnedLimitSource(int64(max))
-		st := alloc.Pinned()
+		st := alloc.ReadPinnedStats()
 		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(alloc.HugePagesEnv),
 			HugeTLBBytes: uint64(st.HugeTLB), Fallbacks: st.HugeTLBFallbacks}
 		if pool, ok := numa.HugeTLBPoolNow(numa.HugeTLBPage); ok {

@@ -102,5 +102,5 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println("VmLck after destroying the allocators:", vmLck())
-	fmt.Printf("pinned heaps: %+v\n", alloc.Pinned())
+	fmt.Printf("pinned heaps: %+v\n", alloc.ReadPinnedStats())
 }

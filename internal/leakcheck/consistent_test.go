@@ -87,7 +87,7 @@ func TestConsistentWithHugeTLBPages(t *testing.T) {
 	require.NoError(t, err)
 	big, err := a.Alloc(3 << 20)
 	require.NoError(t, err)
-	require.Equal(t, uintptr(8<<20), alloc.Pinned().HugeTLB, "both in hugetlb pages")
+	require.Equal(t, uintptr(8<<20), alloc.ReadPinnedStats().HugeTLB, "both in hugetlb pages")
 	require.NoError(t, base.Consistent(), "pinned chunk and huge region in hugetlb pages")
 
 	host, err := target.Get(target.InitialDevice())

@@ -50,11 +50,11 @@ func VmLckKiB() (kib int, ok bool) {
 // heaps (Registry.Hold) are equal, and VmLck is the baseline plus the pages
 // of the host device's locked and registered entries (what it mlocked; pages
 // two entries share count once) outside hugetlb pages, which VmLck never
-// counts; those, alloc.Pinned().HugeTLB, are what HugetlbPages rose by.
+// counts; those, alloc.ReadPinnedStats().HugeTLB, are what HugetlbPages rose by.
 // Call it while no allocation, lock or unlock is in flight.
 func (b Baseline) Consistent() error {
 	var msgs []string
-	ps := alloc.Pinned()
+	ps := alloc.ReadPinnedStats()
 	_, used := alloc.PinnedLimit()
 	var held, hostKiB uintptr
 	for _, d := range target.Devices() {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
 )
 
 // Every example is built (cgo-free, as users get it) and run with a time
@@ -33,6 +35,7 @@ func TestExamples(t *testing.T) {
 		{"lockmem", []string{"references 2", "ErrOverlap): true", "kmp returns nil: true", "after two unlocks: 0 entries", "ErrNotLocked): true", "ErrBadDevice): true"}},
 		{"tensor", []string{"params pinned: true", "params pinned after Unpin: false", "verified 65536 floats", "params [256 256]", "live blocks after release: 0"}},
 		{"envalloc", []string{"omp_large_cap_mem_alloc (handle 2)", "alignment=64,pool_size=1048576", "must be a power of two", `unknown allocator or memory space "no_such_allocator"`}},
+		{"pipeline", []string{"host buffers pinned: true", "overlap saved", "last batch verified", "released"}},
 		{"transfer", []string{"round trip ok", "first, with first touch", "second, copies only", "offset copy ok: true", "ErrBadDevice): true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +50,49 @@ func TestExamples(t *testing.T) {
 			for _, s := range tc.says {
 				require.Contains(t, stdout.String(), s)
 			}
+		})
+	}
+}
+
+// The pipeline example on the fake GPU drivers of internal/fakedrv: late
+// copies on driver threads, events ordering two queues, CUDA's event
+// timing (HSA's fake times nothing).
+func TestPipelineOnFakeDrivers(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH to build the examples")
+	}
+	bin := filepath.Join(t.TempDir(), "pipeline")
+	build := exec.Command(goBin, "build", "-o", bin, "./pipeline")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		says []string
+	}{
+		{"fakecuda", []string{"FAKECUDA_DEVICES=2", "FAKECUDA_COPY_DELAY_US=300", "OMPALLOC_DISABLE_HSA=1"},
+			[]string{"device: device 0 (cuda Fake CUDA Device 0)", "overlap saved", "achieved host-to-device bandwidth:", "GB/s", "last batch verified"}},
+		{"fakehsa", []string{"FAKEHSA_GPUS=2", "OMPALLOC_DISABLE_CUDA=1"},
+			[]string{"device: device 0 (amdgpu", "not timed", "last batch verified"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := fakedrv.Build(t, tc.name)
+			env := append(os.Environ(), "OMPALLOC_CUDA_LIBRARY="+lib, "OMPALLOC_HSA_LIBRARY="+lib)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin)
+			cmd.Env = append(env, tc.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			require.NoError(t, ctx.Err(), "ran past its time bound")
+			require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			for _, s := range tc.says {
+				require.Contains(t, stdout.String(), s)
+			}
+			t.Logf("%s", stdout.String())
 		})
 	}
 }

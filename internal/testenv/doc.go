@@ -9,11 +9,12 @@
 // GPU containers, failed alloc's tests). A test that wants a setting sets
 // it itself, for a child process or with t.Setenv before the first use.
 //
-// What says which drivers exist (OMPALLOC_CUDA_LIBRARY,
-// OMPALLOC_HSA_LIBRARY, OMPALLOC_DISABLE_*), the tests' own switches
-// (OMPALLOC_REAL_*, OMPALLOC_GPU_DRYRUN, OMPALLOC_LEAKCHECK, *_CHILD,
-// OMPALLOC_TEST_*) are kept: they are facts of the machine or requests to
-// the test run, and tests read them on purpose.
+// Where the drivers are (OMPALLOC_CUDA_LIBRARY, OMPALLOC_HSA_LIBRARY) and
+// the tests' own switches (OMPALLOC_REAL_*, OMPALLOC_GPU_DRYRUN,
+// OMPALLOC_LEAKCHECK, *_CHILD, OMPALLOC_TEST_*) are kept: they are facts
+// of the machine or requests to the test run, and tests read them on
+// purpose. OMPALLOC_DISABLE_* are removed: the tests that load a fake
+// driver must get it.
 //
 // Test-only: imported by _test.go files alone.
 package testenv

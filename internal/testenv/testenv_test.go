@@ -12,18 +12,18 @@ func TestSettings(t *testing.T) {
 	env := append([]string{
 		"PATH=/bin",
 		"OMPALLOC_CUDA_LIBRARY=/x/libcuda.so.1", // which driver: a fact of the machine
-		"OMPALLOC_DISABLE_HSA=1",
 		"OMPALLOC_REAL_CUDA=/x/libcuda.so.1",
 		"OMPALLOC_LEAKCHECK=1",
 		"OMPALLOC_ALLOC_CHILD=memlock", // a test's own child marker
 		"OMPALLOC_CUDA_TEST_WANT=x",
 		"OMPALLOC_TEST_LIB_PATH=/y",
 		"OMPX_FOO=1", // not OMP_
-	}, Hostile...)
+	}, append(Hostile, HostileDrivers...)...)
 	got := Settings(env)
-	want := make([]string, len(Hostile))
-	for i, kv := range Hostile {
-		want[i], _, _ = strings.Cut(kv, "=")
+	var want []string
+	for _, kv := range append(Hostile, HostileDrivers...) {
+		name, _, _ := strings.Cut(kv, "=")
+		want = append(want, name)
 	}
 	require.Equal(t, want, got)
 }
@@ -31,7 +31,7 @@ func TestSettings(t *testing.T) {
 func TestNeutralize(t *testing.T) {
 	t.Setenv(Marker, "") // t.Setenv restores it (unset) afterwards
 	require.NoError(t, os.Unsetenv(Marker))
-	for _, kv := range Hostile {
+	for _, kv := range append(Hostile, HostileDrivers...) {
 		name, v, _ := strings.Cut(kv, "=")
 		t.Setenv(name, v)
 	}
@@ -43,7 +43,7 @@ func TestNeutralize(t *testing.T) {
 	require.NoError(t, os.Unsetenv("SOME_CHILD"))
 
 	require.True(t, Neutralize("SOME_CHILD"))
-	for _, kv := range Hostile {
+	for _, kv := range append(Hostile, HostileDrivers...) {
 		name, _, _ := strings.Cut(kv, "=")
 		_, set := os.LookupEnv(name)
 		require.False(t, set, kv)

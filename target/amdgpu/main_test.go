@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -27,6 +28,7 @@ var fakePath string
 // before any plugin loads (the fake reads its FAKEHSA_* settings at
 // hsa_init). Children re-executed for another environment inherit it.
 func TestMain(m *testing.M) {
+	testenv.Neutralize(childEnv)
 	if os.Getenv(childEnv) == "" {
 		p, err := fakedrv.BuildPath("fakehsa")
 		switch {

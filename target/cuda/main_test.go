@@ -13,6 +13,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -27,6 +28,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testenv.Neutralize(childEnv)
 	child := os.Getenv(childEnv) != ""
 	if child {
 		fakeLib = os.Getenv("OMPALLOC_CUDA_LIBRARY")

@@ -52,7 +52,7 @@ type driver struct {
 	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                                uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                    uintptr
 	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy         uintptr
-	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuMemcpyPeerAsync                        uintptr
+	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess, cuMemcpyPeerAsync uintptr
 	cuDeviceGetPCIBusId                                                                    uintptr
 
 	tensorSyms // events and pools (tensor.go)
@@ -113,6 +113,7 @@ func (d *driver) table() []entry {
 		ver(opt("cuEventDestroy", &d.cuEventDestroy)),
 		opt("cuDeviceCanAccessPeer", &d.cuDeviceCanAccessPeer),
 		opt("cuCtxEnablePeerAccess", &d.cuCtxEnablePeerAccess),
+		opt("cuCtxDisablePeerAccess", &d.cuCtxDisablePeerAccess),
 		opt("cuMemcpyPeerAsync", &d.cuMemcpyPeerAsync),
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
 	}, d.tensorTable(opt)...)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -21,7 +22,8 @@ const (
 // PeerAccess reports whether d and peer (another device of this driver)
 // copy directly: both directions pass cuDeviceCanAccessPeer, and each
 // context is given access to the other's memory (cuCtxEnablePeerAccess; an
-// access already enabled counts, too many peers means no). The answer is
+// access already enabled counts, too many peers means no, and a direction
+// enabled here before the other failed is disabled again). The answer is
 // kept for the pair, in both devices, as LLVM's plugin keeps it.
 func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 	o, ok := peer.(*device)
@@ -59,6 +61,7 @@ func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 			return false, nil
 		}
 	}
+	var enabled []*device // the contexts given access here, to the other one
 	for _, pair := range [2][2]*device{{d, o}, {o, d}} {
 		a, b := pair[0], pair[1]
 		var r result
@@ -69,16 +72,45 @@ func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 			}
 			return r
 		})
-		if err != nil {
-			return false, fmt.Errorf("%v: peer access to %v: %w", a, b, err)
+		if err == nil && r == cudaSuccess {
+			enabled = append(enabled, a)
 		}
-		if r == cudaErrorTooManyPeers {
+		if err != nil || r == cudaErrorTooManyPeers {
+			// One direction is of no use without the other: give back the
+			// peer slot the first one took (a device without NVSwitch has
+			// eight).
+			derr := d.disablePeers(enabled, o)
+			if err != nil {
+				return false, errors.Join(fmt.Errorf("%v: peer access to %v: %w", a, b, err), derr)
+			}
 			d.setPeer(o, peerNo)
-			return false, nil
+			return false, derr
 		}
 	}
 	d.setPeer(o, peerYes)
 	return true, nil
+}
+
+// disablePeers takes back the access PeerAccess enabled for each context in
+// enabled to the other device of the pair d, o.
+func (d *device) disablePeers(enabled []*device, o *device) error {
+	if d.drv.cuCtxDisablePeerAccess == 0 {
+		return nil
+	}
+	var errs []error
+	for _, a := range enabled {
+		b := o
+		if a == o {
+			b = d
+		}
+		errs = append(errs, a.withCtx("cuCtxDisablePeerAccess", func() result {
+			return call(d.drv.cuCtxDisablePeerAccess, b.ctx)
+		}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%v: peer access to %v: %w", d, o, err)
+	}
+	return nil
 }
 
 func (d *device) setPeer(o *device, st peerState) {

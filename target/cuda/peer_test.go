@@ -97,3 +97,30 @@ func TestPeerAccessUnavailableChild(t *testing.T) {
 	require.NoError(t, d0.Close())
 	require.NoError(t, d1.Close())
 }
+
+// cuCtxEnablePeerAccess refused with CUDA_ERROR_TOO_MANY_PEERS in the second
+// direction: the first is disabled again, so no peer slot stays taken for a
+// pair that is never used (without NVSwitch a device has eight).
+func TestPeerAccessTooManyPeers(t *testing.T) {
+	needFake(t)
+	runChild(t, "TestPeerAccessTooManyPeersChild", "FAKECUDA_FAIL=cuCtxEnablePeerAccess:2=711")
+}
+
+func TestPeerAccessTooManyPeersChild(t *testing.T) {
+	inChild(t)
+	p := newPlugin(defaultDriver)
+	require.NoError(t, p.Init())
+	d0, d1 := p.devices[0], p.devices[1]
+	enabled := func(a, b int) int { return int(int32(call(hookFn(t, "fakecuda_peer_enabled"), uintptr(a), uintptr(b)))) }
+	ok, err := d0.PeerAccess(d1)
+	require.NoError(t, err)
+	require.False(t, ok, "too many peers means no")
+	require.Equal(t, 2, calls(t, "cuCtxEnablePeerAccess"), "one per direction")
+	require.Zero(t, enabled(0, 1), "the direction that was enabled is disabled again")
+	require.Zero(t, enabled(1, 0))
+	ok, err = d1.PeerAccess(d0)
+	require.NoError(t, err)
+	require.False(t, ok, "the answer is kept for the pair")
+	require.NoError(t, d0.Close())
+	require.NoError(t, d1.Close())
+}

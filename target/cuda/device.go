@@ -143,6 +143,7 @@ func (d *device) Open() error {
 	if d.closed.Load() {
 		return fmt.Errorf("%v: open: %w", d, ErrClosed)
 	}
+	d.setSched() // before the retain activates the context
 	var ctx uintptr
 	if err := d.drv.check("cuDevicePrimaryCtxRetain", call(d.drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&ctx)), uintptr(d.dev))); err != nil {
 		d.openErr = fmt.Errorf("%v: open: %w", d, err)

@@ -43,17 +43,17 @@ const (
 type driver struct {
 	lib *loader.Library
 
-	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                           uintptr
-	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceTotalMem, cuDeviceGetAttribute uintptr
-	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxPushCurrent, cuCtxPopCurrent uintptr
-	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemAllocManaged                uintptr
-	cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer                      uintptr
-	cuPointerGetAttribute                                                                  uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                                uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                    uintptr
-	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy         uintptr
+	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                            uintptr
+	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceTotalMem, cuDeviceGetAttribute  uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxPushCurrent, cuCtxPopCurrent  uintptr
+	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemAllocManaged                 uintptr
+	cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer                       uintptr
+	cuPointerGetAttribute                                                                   uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync                                 uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery                     uintptr
+	cuEventCreate, cuEventRecord, cuEventQuery, cuEventSynchronize, cuEventDestroy          uintptr
 	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess, cuMemcpyPeerAsync uintptr
-	cuDeviceGetPCIBusId                                                                    uintptr
+	cuDeviceGetPCIBusId, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxSetFlags             uintptr
 
 	tensorSyms // events and pools (tensor.go)
 	regs       registrations
@@ -116,6 +116,8 @@ func (d *driver) table() []entry {
 		opt("cuCtxDisablePeerAccess", &d.cuCtxDisablePeerAccess),
 		opt("cuMemcpyPeerAsync", &d.cuMemcpyPeerAsync),
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
+		opt("cuDevicePrimaryCtxGetState", &d.cuDevicePrimaryCtxGetState),
+		ver(opt("cuDevicePrimaryCtxSetFlags", &d.cuDevicePrimaryCtxSetFlags)), // the v1 refuses an active context
 	}, d.tensorTable(opt)...)
 }
 

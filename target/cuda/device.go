@@ -313,11 +313,30 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	default:
 		return fmt.Errorf("%v: copy in direction %s: %w", d, dir, ErrInvalid)
 	}
+	enqueue := func(s uintptr) result { return call(fn, dst, src, n, s) }
+	if dir != plugin.DeviceToDevice {
+		host := src
+		if dir == plugin.DeviceToHost {
+			host = dst
+		}
+		if parts := d.drv.regs.cut(host, n); parts != nil {
+			// One copy per registration piece or pageable gap (split.go).
+			enqueue = func(s uintptr) result {
+				for _, pc := range parts {
+					off := pc.host - host
+					if r := call(fn, dst+off, src+off, pc.size, s); r != cudaSuccess {
+						return r
+					}
+				}
+				return cudaSuccess
+			}
+		}
+	}
 	var err error
 	if q == nil {
-		err = d.syncCopy(name, func(s uintptr) result { return call(fn, dst, src, n, s) })
+		err = d.syncCopy(name, enqueue)
 	} else {
-		err = d.withCtx(name, func() result { return call(fn, dst, src, n, stream) })
+		err = d.withCtx(name, func() result { return enqueue(stream) })
 	}
 	if err != nil {
 		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/pinned"
@@ -78,6 +79,7 @@ type registrations struct {
 	byPiece  map[uintptr]*registration // every piece's start
 	holds    map[holdKey]*hold
 	inflight []*flight
+	sorted   atomic.Pointer[[]piece] // byPiece's pieces by address, for copies (split.go)
 }
 
 // flight is a range being registered or unregistered outside rs.mu.
@@ -232,6 +234,7 @@ func (d *device) holdLocked(rs *registrations, reg *registration, p, n uintptr, 
 		for _, pc := range reg.pieces {
 			rs.byPiece[pc.host] = reg
 		}
+		rs.publishLocked()
 	}
 	key := holdKey{d, p}
 	h := rs.holds[key]
@@ -369,6 +372,7 @@ func (d *device) unregister(rs *registrations, regs []*registration) error {
 		for _, pc := range gone[i] {
 			delete(rs.byPiece, pc.host)
 		}
+		rs.publishLocked()
 		rs.landLocked(fs[i])
 		if errs[i] != nil {
 			// Pieces the driver keeps stay here too, unreferenced: the next

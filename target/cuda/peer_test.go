@@ -111,7 +111,9 @@ func TestPeerAccessTooManyPeersChild(t *testing.T) {
 	p := newPlugin(defaultDriver)
 	require.NoError(t, p.Init())
 	d0, d1 := p.devices[0], p.devices[1]
-	enabled := func(a, b int) int { return int(int32(call(hookFn(t, "fakecuda_peer_enabled"), uintptr(a), uintptr(b)))) }
+	enabled := func(a, b int) int {
+		return int(int32(call(hookFn(t, "fakecuda_peer_enabled"), uintptr(a), uintptr(b))))
+	}
 	ok, err := d0.PeerAccess(d1)
 	require.NoError(t, err)
 	require.False(t, ok, "too many peers means no")

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
 )
 
 // reserve maps n bytes of address space that cannot be accessed (and costs
@@ -16,4 +18,10 @@ func reserve(t *testing.T, n uintptr) uintptr {
 	require.NoError(t, err, "reserving %d bytes of address space", n)
 	t.Cleanup(func() { _ = syscall.Munmap(b) })
 	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// readWrite makes [p, p+n) of a reservation readable and writable.
+func readWrite(t *testing.T, p, n uintptr) {
+	t.Helper()
+	require.NoError(t, syscall.Mprotect(cmem.Bytes(p, n), syscall.PROT_READ|syscall.PROT_WRITE))
 }

@@ -79,7 +79,8 @@ type registrations struct {
 	byPiece  map[uintptr]*registration // every piece's start
 	holds    map[holdKey]*hold
 	inflight []*flight
-	sorted   atomic.Pointer[[]piece] // byPiece's pieces by address, for copies (split.go)
+	spans    map[uintptr]uintptr     // byPiece's pieces: start → size (a registration's pieces change outside mu)
+	sorted   atomic.Pointer[[]piece] // spans by address, for copies (split.go)
 }
 
 // flight is a range being registered or unregistered outside rs.mu.
@@ -90,6 +91,7 @@ type flight struct {
 
 func (rs *registrations) init() {
 	rs.byPiece = map[uintptr]*registration{}
+	rs.spans = map[uintptr]uintptr{}
 	rs.holds = map[holdKey]*hold{}
 }
 
@@ -233,6 +235,7 @@ func (d *device) holdLocked(rs *registrations, reg *registration, p, n uintptr, 
 	if registered {
 		for _, pc := range reg.pieces {
 			rs.byPiece[pc.host] = reg
+			rs.spans[pc.host] = pc.size
 		}
 		rs.publishLocked()
 	}
@@ -371,6 +374,7 @@ func (d *device) unregister(rs *registrations, regs []*registration) error {
 	for i, reg := range regs {
 		for _, pc := range gone[i] {
 			delete(rs.byPiece, pc.host)
+			delete(rs.spans, pc.host)
 		}
 		rs.publishLocked()
 		rs.landLocked(fs[i])

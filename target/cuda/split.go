@@ -22,13 +22,9 @@ import (
 // read without a lock (registering is rare: once per pinned chunk). rs.mu
 // held.
 func (rs *registrations) publishLocked() {
-	ps := make([]piece, 0, len(rs.byPiece))
-	for start, reg := range rs.byPiece {
-		for _, pc := range reg.pieces {
-			if pc.host == start {
-				ps = append(ps, pc)
-			}
-		}
+	ps := make([]piece, 0, len(rs.spans))
+	for start, size := range rs.spans {
+		ps = append(ps, piece{start, size})
 	}
 	slices.SortFunc(ps, func(a, b piece) int {
 		switch {

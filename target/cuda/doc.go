@@ -7,9 +7,13 @@
 // returns an error wrapping loader.ErrNotFound). Init describes each device
 // without a context; a device retains its primary context when it is first
 // used (Open), so one that cannot be opened (compute mode PROHIBITED, out of
-// memory) stays listed under its ordinal and fails alone. Every driver call
-// that needs a context runs on a locked OS thread with that context made
-// current, since the driver's current context is per OS thread.
+// memory) stays listed under its ordinal and fails alone. Before the retain
+// activates it, the primary context gets CU_CTX_SCHED_BLOCKING_SYNC (or what
+// OMPALLOC_CUDA_SCHED chooses) unless something else activated it first.
+// Every driver call that needs a context runs on a locked OS thread with that
+// context pushed (cuCtxPushCurrent_v2) and popped afterwards, since the
+// driver's current context is per OS thread and the caller's own context
+// stack must be left as it was.
 //
 // Copies on a queue go on its non-blocking stream. A copy without a queue
 // runs on a stream of the device's own and is synchronized before Copy
@@ -17,7 +21,9 @@
 // return for device-to-device copies or pageable sources, and run on the
 // legacy stream, which non-blocking streams do not wait for. Copies between
 // two devices that reach each other are cuMemcpyPeerAsync after
-// cuCtxEnablePeerAccess both ways (PeerAccess, CopyPeer).
+// cuCtxEnablePeerAccess both ways (PeerAccess, CopyPeer). A copy whose host
+// range crosses the edge of a registration made here is issued as one copy
+// per part: the driver refuses a range partly registered, partly pageable.
 //
 // Page-locking host memory is cuMemHostRegister_v2 with PORTABLE, in pieces of
 // at most 64 GiB. A registration is process-wide in CUDA, so the plugin keeps

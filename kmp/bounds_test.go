@@ -67,13 +67,13 @@ func TestTargetMemcpyInsideBlock(t *testing.T) {
 	}
 }
 
-// Issue 23, item 8: omp_target_memcpy on memory the runtime does not know
+// Issue 23, item 8: omp_target_memcpy (and omp_target_memset) on memory the runtime does not know
 // cannot be bound-checked, and a copy running off the mapping (or at an
 // offset far past it) ended in "fatal error: fault". It gives -1 and one
 // warning now. In a child: before the fix it took the process down.
 func TestTargetMemcpyForeignFaultIsAnError(t *testing.T) {
 	out := runChild(t, "foreign-memcpy")
-	require.Contains(t, out, "foreign copies refused: 4")
+	require.Contains(t, out, "foreign copies refused: 5")
 }
 
 func foreignMemcpyChild(t *testing.T) {
@@ -101,6 +101,14 @@ func foreignMemcpyChild(t *testing.T) {
 		require.Contains(t, w[0], "bad address")
 		refused++
 	}
+	// omp_target_memset into the page it may not touch: nil and one warning.
+	var got unsafe.Pointer
+	w := targetWarnings(t, func() { got = TargetMemset(add(m, pg-8), 0, 64, host) })
+	require.Nil(t, got)
+	require.Len(t, w, 1, "%q", w)
+	require.Contains(t, w[0], "omp_target_memset")
+	require.Contains(t, w[0], "bad address")
+	refused++
 	// The process goes on: a good copy works.
 	*(*byte)(m) = 42
 	require.Equal(t, 0, TargetMemcpy(other, m, pg, 0, 0, host, host))

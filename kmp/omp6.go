@@ -196,11 +196,9 @@ func memset(p uintptr, c byte, n uintptr, dev int, q *target.Queue) error {
 				return err
 			}
 		}
-		b := unsafe.Slice((*byte)(cmem.Ptr(p)), n)
-		for i := range b {
-			b[i] = c
-		}
-		return nil
+		// The runtime may not know the memory (a foreign pointer): a fault
+		// is an error, not the end of the process.
+		return cmem.FillChecked(p, n, c)
 	}
 	def, _ := alloc.Lookup(alloc.DefaultMem)
 	bn := min(n, memsetChunk)

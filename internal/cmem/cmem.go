@@ -28,6 +28,26 @@ func Copy(dst, src, n uintptr) { copy(Bytes(dst, n), Bytes(src, n)) }
 // access it needed (the kernel's EFAULT, as Go's runtime reports a fault).
 var ErrFault = errors.New("bad address")
 
+// FillChecked sets the n bytes at p to c, surviving a fault as CopyChecked
+// does (omp_target_memset of memory the runtime does not know).
+func FillChecked(p, n uintptr, c byte) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(interface{ Addr() uintptr })
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("fill of %d bytes at %#x: %w at %#x", n, p, ErrFault, f.Addr())
+		}
+	}()
+	b := Bytes(p, n)
+	for i := range b {
+		b[i] = c
+	}
+	return nil
+}
+
 // CopyChecked is Copy for ranges nobody could bound-check (memory the
 // runtime does not know, handed to omp_target_memcpy): a fault on either
 // side is recovered (debug.SetPanicOnFault, for this goroutine and this

@@ -29,6 +29,10 @@ func TestCopyCheckedSurvivesAFault(t *testing.T) {
 	err = CopyChecked(hole, d, 16) // writes into it
 	require.ErrorIs(t, err, ErrFault)
 
+	err = FillChecked(hole-8, 16, 0xff) // the first 8 bytes land, then the fault
+	require.ErrorIs(t, err, ErrFault)
+	require.Equal(t, byte(0xff), m[pg-1])
+
 	m[0], m[pg-1] = 7, 9
 	require.NoError(t, CopyChecked(d, base, uintptr(pg)))
 	require.Equal(t, byte(7), dst[0])

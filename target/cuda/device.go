@@ -322,9 +322,15 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		if parts := d.drv.regs.cut(host, n); parts != nil {
 			// One copy per registration piece or pageable gap (split.go).
 			enqueue = func(s uintptr) result {
-				for _, pc := range parts {
+				for i, pc := range parts {
 					off := pc.host - host
 					if r := call(fn, dst+off, src+off, pc.size, s); r != cudaSuccess {
+						if i > 0 {
+							// The parts issued still read or write the host
+							// memory: a failed copy must not leave them in
+							// flight, the caller may free that memory now.
+							_ = call(d.drv.cuStreamSynchronize, s)
+						}
 						return r
 					}
 				}

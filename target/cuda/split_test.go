@@ -82,3 +82,31 @@ func TestCopySplitAtRegistrations(t *testing.T) {
 		roundTrip(t, p+MaxRegister-4096, 8192, 2)
 	})
 }
+
+// A split copy whose second part the driver refuses returns the error with
+// nothing left in flight: the first part, which reads or writes the host
+// memory late, has completed, since the caller may free that memory now.
+func TestSplitCopyFailureLeavesNothingInFlight(t *testing.T) {
+	d := dev(t, 0)
+	const n = 1 << 16
+	mem, err := d.Alloc(plugin.MemDevice, n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.Free(plugin.MemDevice, mem)) }()
+	t.Setenv("FAKECUDA_COPY_DELAY_US", "200000") // read by the stream's worker at creation
+	qi, err := d.NewQueue()
+	require.NoError(t, err)
+	q := qi.(*Queue)
+	defer func() { require.NoError(t, q.Destroy()) }()
+	buf, _ := hostBuf(t, n)
+	_, err = d.LockHost(buf+8192, 8192)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, d.UnlockHost(buf+8192)) }()
+
+	t.Setenv("FAKECUDA_FAIL", "cuMemcpyHtoDAsync:2=700")
+	err = d.Copy(mem, buf+4096, 8192, plugin.HostToDevice, q)
+	requireCode(t, err, "cuMemcpyHtoDAsync", 700, "CUDA_ERROR_ILLEGAL_ADDRESS")
+	t.Setenv("FAKECUDA_FAIL", "")
+	done, err := q.Query()
+	require.NoError(t, err)
+	require.True(t, done, "the first part completed before the error came back")
+}

@@ -118,6 +118,36 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 				<-trimmed
 				t.Fatal("an Alloc of a cached pinned block waited for the trim's unlock")
 			}
+			// Through the device's registry: a lock of another range, and a
+			// pinned block needing a new region (HoldMem), do not wait either.
+			buf, err := loader.C()
+			require.NoError(t, err)
+			other, err := buf.Map(1 << 16)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, buf.Unmap(other, 1<<16)) }()
+			for what, f := range map[string]func() error{
+				"a lock of another range": func() error {
+					_, err := d.LockMem(other, 1<<16) // unlocked below, once the gate opens
+					return err
+				},
+				"an Alloc needing a new pinned region": func() error {
+					q, err := a.Alloc(6 << 20)
+					if err == nil {
+						err = Free(q)
+					}
+					return err
+				},
+			} {
+				go func() { got <- f() }()
+				select {
+				case err := <-got:
+					require.NoError(t, err, what)
+				case <-time.After(5 * time.Second):
+					g.set(false)
+					<-trimmed
+					t.Fatalf("%s waited for the trim's unlock", what)
+				}
+			}
 			select {
 			case <-trimmed:
 				t.Fatal("Trim returned while its unlock was held")
@@ -125,8 +155,9 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 			}
 			g.set(false)
 			<-trimmed
+			require.NoError(t, d.UnlockMem(other))
 			st := ReadPinnedStats()
-			require.Equal(t, uintptr(4<<20), st.Bytes, "the huge region given back, the chunk of the live block kept")
+			require.Equal(t, uintptr(4<<20+6<<20), st.Bytes, "the 8 MiB region given back; the live block's chunk and the 6 MiB region freed meanwhile (kept for reuse) stay")
 		})
 	}
 }

@@ -106,15 +106,20 @@
 // critical section that erases the entry, so a hit can never revive a dying
 // entry; it falls back to the mutex and finds the truth in the tree. An
 // unlock that is not the entry's last reference is a CAS too; the last one
-// goes through the mutex, which also keeps the Locker's unlock ordered before
-// any new lock of the same pages.
+// goes through the mutex. Locker calls run without the mutex, with their
+// range (page-rounded) in flight: a writer whose range shares a page with a
+// flight waits for it to land, which keeps the Locker's unlock ordered
+// before any new lock of the same pages and never shows two overlapping
+// calls to the Locker at once; writers of other ranges go on.
 //
 // So Lookup, IsPinned, Entry and every lock or unlock that does not create
 // or erase an entry run without a lock and do not depend on the number of
 // entries. Lookup writes nothing (Stats.Hits counts lock hits, not lookups:
 // a shared counter would turn every transfer's read into a contended write).
-// Misses hold the mutex across the Locker call; a slow driver lock delays
-// other misses, never hits or lookups. Stats visits every entry.
+// A slow driver lock or unlock delays only writers of its own pages (and
+// Stats, Each, Dump and HeldStats, which wait for every flight so that what
+// they report agrees with the device), never hits, lookups or other ranges.
+// Stats visits every entry.
 //
 // Memory: 32 bytes and a btree item per entry; the page table adds a 4 KiB
 // leaf per 2 MiB of address space holding entries' boundaries or small

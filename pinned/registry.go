@@ -26,6 +26,8 @@ type Registry struct {
 	pivot  entry                       // search key for tree (under mu)
 	st     Stats                       // counters kept under mu; Hits: those folded in
 	bytes  [KindRegistered + 1]uintptr // entry bytes by kind, under mu
+
+	flights []*flight // ranges whose Locker call runs without mu (flight.go)
 }
 
 // Stats is a snapshot of a registry's counters.
@@ -171,6 +173,7 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 	end := p + n
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(p, end)
 	if e := r.floor(end - 1); e != nil && e.end > p {
 		if e.host > p || e.end < end {
 			return 0, r.overlapErr(op, p, end)
@@ -184,7 +187,16 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 	}
 
 	r.st.Misses++
-	ext, ok, err := r.l.ExternalLock(p, n)
+	var ext External
+	var ok bool
+	var err error
+	var dev uintptr
+	var lockErr error
+	r.unlocked(p, end, func() {
+		if ext, ok, err = r.l.ExternalLock(p, n); err == nil && !ok {
+			dev, lockErr = r.l.LockHost(p, n)
+		}
+	})
 	if err != nil {
 		r.st.LockFailures++
 		return 0, fmt.Errorf("pinned: %s %s: asking whether it is locked externally: %w", op, span(p, end), err)
@@ -200,7 +212,7 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 			return 0, fmt.Errorf("pinned: %s %s: %w: externally locked %s", op, span(p, end), ErrOverlap, span(ext.Host, xend))
 		}
 		e := newEntry(ext.Host, xend, ext.Dev, KindExternal, unit)
-		if r.touches(ext.Host, xend) {
+		if r.touches(ext.Host, xend) || r.flying(ext.Host, xend) != nil {
 			// Part of the external range is already an entry (registered
 			// memory inside it, say): record just the request.
 			e = newEntry(p, end, ext.Dev+(p-ext.Host), KindExternal, unit)
@@ -209,10 +221,9 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 		return e.dev + (p - e.host), nil
 	}
 
-	dev, err := r.l.LockHost(p, n)
-	if err != nil {
+	if lockErr != nil {
 		r.st.LockFailures++
-		return 0, fmt.Errorf("pinned: %s %s: %w", op, span(p, end), err)
+		return 0, fmt.Errorf("pinned: %s %s: %w", op, span(p, end), lockErr)
 	}
 	r.st.VendorLocks++
 	r.insert(newEntry(p, end, dev, KindLocked, unit))
@@ -237,6 +248,7 @@ func (r *Registry) acquireLocked(e *entry, unit uint64) error {
 func (r *Registry) unlockSlow(op string, p uintptr, unit uint64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(p, p+1)
 	e := r.floor(p)
 	if e == nil || p >= e.end {
 		return fmt.Errorf("pinned: %s %#x: %w: no entry contains it", op, p, ErrNotLocked)
@@ -260,15 +272,18 @@ func (r *Registry) unlockSlow(op string, p uintptr, unit uint64) error {
 
 // retire unlocks what we locked of an entry whose live bits were just
 // cleared (w is its word before) and erases it, keeping its hits. The unlock
-// happens under mu, so no Lock of the same pages can reach the Locker before
-// it. When the Locker says the range is still locked (ErrStillLocked), the
-// entry comes back to life with the word it had: no lock-free path changes
-// a dead word, and every writer waits on mu, so nobody saw it gone but
-// lock-free readers, which fall back to mu.
+// runs without mu but with the entry's range in flight, so no writer of the
+// same range reaches the entry or the Locker before it is done. When the
+// Locker says the range is still locked (ErrStillLocked), the entry comes
+// back to life with the word it had: no lock-free path changes a dead word,
+// and every writer of the range waits for the flight, so nobody saw it gone
+// but lock-free readers, which fall back to mu.
 func (r *Registry) retire(e *entry, w uint64) error {
 	if e.kind() == KindLocked {
 		r.st.VendorUnlocks++
-		if err := r.l.UnlockHost(e.host); err != nil {
+		var err error
+		r.unlocked(e.host, e.end, func() { err = r.l.UnlockHost(e.host) })
+		if err != nil {
 			r.st.UnlockFailures++
 			if errors.Is(err, ErrStillLocked) {
 				e.refs.Store(w)
@@ -300,11 +315,12 @@ func (r *Registry) Hold(p, n uintptr, owner string) (dev uintptr, err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(p, p+n)
 	if r.touches(p, p+n) {
 		return 0, r.overlapErr("Hold", p, p+n)
 	}
 	r.st.Misses++
-	dev, err = r.l.LockHost(p, n)
+	r.unlocked(p, p+n, func() { dev, err = r.l.LockHost(p, n) })
 	if err != nil {
 		r.st.LockFailures++
 		return 0, fmt.Errorf("pinned: Hold %s for %s: %w", span(p, p+n), owner, err)
@@ -327,6 +343,7 @@ func (r *Registry) Release(p uintptr) (locks, mapped int, err error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(p, p+1)
 	e := r.floor(p)
 	switch {
 	case e == nil || p >= e.end:
@@ -349,6 +366,7 @@ func (r *Registry) Release(p uintptr) (locks, mapped int, err error) {
 func (r *Registry) Held(p uintptr) (owner string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(p, p+1)
 	owner, ok = r.owners[p]
 	return owner, ok
 }
@@ -357,6 +375,7 @@ func (r *Registry) Held(p uintptr) (owner string, ok bool) {
 func (r *Registry) HeldStats() (entries int, bytes uintptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settleAll()
 	for p := range r.owners {
 		if e := r.floor(p); e != nil && e.host == p {
 			entries++
@@ -375,6 +394,7 @@ func (r *Registry) Register(host, dev, n uintptr) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(host, host+n)
 	if r.touches(host, host+n) {
 		return r.overlapErr("Register", host, host+n)
 	}
@@ -391,6 +411,7 @@ func (r *Registry) Unregister(host uintptr) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle(host, host+1)
 	e := r.floor(host)
 	switch {
 	case e == nil || host >= e.end:
@@ -510,6 +531,7 @@ func (r *Registry) Len() int { return int(r.n.Load()) }
 func (r *Registry) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settleAll()
 	s := r.st
 	s.LockedBytes = r.bytes[KindLocked]
 	s.ExternalBytes = r.bytes[KindExternal]
@@ -527,6 +549,7 @@ func (r *Registry) Stats() Stats {
 func (r *Registry) Each(f func(EntryInfo) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settleAll()
 	r.tree.Ascend(func(e *entry) bool { return f(e.info(e.refs.Load())) })
 }
 
@@ -534,6 +557,7 @@ func (r *Registry) Each(f func(EntryInfo) bool) {
 func (r *Registry) Dump(w io.Writer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settleAll()
 	r.tree.Ascend(func(e *entry) bool {
 		in := e.info(e.refs.Load())
 		fmt.Fprintf(w, "%s size=%d dev=%#x kind=%s refs=%d mapped=%d\n",

@@ -3,6 +3,7 @@ package amdgpu
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"unsafe"
@@ -58,10 +59,14 @@ func (t *lockTable) landLocked(f *flight) {
 	close(f.done)
 }
 
-// overlapLocked returns a flight overlapping [p, p+n), or nil. t.mu held.
+// overlapLocked returns a flight sharing a page with [p, p+n), or nil: the
+// runtime locks whole pages, so the unlock of one range and the lock of
+// another in the same page stay in order. t.mu held.
 func (t *lockTable) overlapLocked(p, n uintptr) *flight {
+	pg := uintptr(os.Getpagesize())
+	lo, hi := p&^(pg-1), (p+n+pg-1)&^(pg-1)
 	for _, f := range t.inflight {
-		if p < f.host+f.size && f.host < p+n {
+		if lo < f.host+f.size && f.host < hi {
 			return f
 		}
 	}

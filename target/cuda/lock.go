@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -113,10 +114,14 @@ func (rs *registrations) landLocked(f *flight) {
 	close(f.done)
 }
 
-// overlapLocked returns a flight overlapping [p, p+n), or nil. rs.mu held.
+// overlapLocked returns a flight sharing a page with [p, p+n), or nil:
+// the driver registers whole pages, so the unregistration of one range and
+// the registration of another in the same page stay in order. rs.mu held.
 func (rs *registrations) overlapLocked(p, n uintptr) *flight {
+	pg := uintptr(os.Getpagesize())
+	lo, hi := p&^(pg-1), (p+n+pg-1)&^(pg-1)
 	for _, f := range rs.inflight {
-		if p < f.host+f.size && f.host < p+n {
+		if lo < f.host+f.size && f.host < hi {
 			return f
 		}
 	}

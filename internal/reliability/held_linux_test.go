@@ -74,7 +74,24 @@ func TestHeldRlimitsChild(t *testing.T) {
 	require.True(t, holds(cmem.Bytes(uintptr(p), 1<<20), 7))
 
 	// RLIMIT_AS down to what is mapped now plus 256 MiB: a 1 GiB block is
-	// an error, small ones still work.
+	// an error, small ones still work. (qemu-user keeps RLIMIT_AS for
+	// itself: the guest's setrlimit of it changes nothing.)
+	if why, ok := emulated(); ok {
+		t.Log("RLIMIT_AS part skipped " + why)
+	} else {
+		lowerAddressSpace(t, pin)
+	}
+
+	require.True(t, holds(cmem.Bytes(uintptr(p), 1<<20), 7))
+	require.NoError(t, alloc.Free(p))
+	require.NoError(t, pin.Destroy())
+	require.NoError(t, fb.Destroy())
+	alloc.Trim()
+	require.NoError(t, base.Consistent())
+	reportFaults(3)
+}
+
+func lowerAddressSpace(t *testing.T, pin *alloc.Allocator) {
 	vm, ok := procstatus.Field("VmSize")
 	require.True(t, ok)
 	var as syscall.Rlimit
@@ -91,14 +108,6 @@ func TestHeldRlimitsChild(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, alloc.Free(small))
 	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_AS, &as))
-
-	require.True(t, holds(cmem.Bytes(uintptr(p), 1<<20), 7))
-	require.NoError(t, alloc.Free(p))
-	require.NoError(t, pin.Destroy())
-	require.NoError(t, fb.Destroy())
-	alloc.Trim()
-	require.NoError(t, base.Consistent())
-	reportFaults(3)
 }
 
 // A signal storm (SIGUSR1 caught by the program, and SIGURG, which the Go

@@ -1,6 +1,6 @@
 /* The fragmentation workload of TestHeldFragmentationAgainstGlibc, on
  * glibc's malloc: the same sizes, in the same order, as the Go side
- * (fragWorkload in held_frag_test.go). Prints "live1 rss1 live2 rss2": the
+ * (TestHeldFragmentationChild in held_frag_linux_test.go). Prints "live1 rss1 live2 rss2": the
  * bytes live and the resident bytes added after filling the slots, and
  * again after churning them. */
 #include <stdint.h>

@@ -47,7 +47,8 @@
 #     D2H at the same sizes, in the same run: OUT/torch.json.
 # OUT/summary.json: {libcuda, arch, tests_passed, tests_failed,
 # tests_skipped, packages_failed, bench_errors (failed h2d, d2h and
-# small_copy cases), goals, probe (measured / failed: why), torch
+# small_copy cases), gpu_node and host_nodes (the GPU's NUMA node, and
+# where each transfer series' buffer was), goals, probe (measured / failed: why), torch
 # (measured / absent / failed: why), timed_out (the steps that ran out of
 # time), status}; status is 0 when every test binary, info, bench and the
 # probe succeeded and the bench measured transfers, none failing. The goals
@@ -189,6 +190,12 @@ run | probe)
 			echo "gpu-check: ran out of time: ${timedout[*]}" | tr -d '"' >&2
 		)
 	fi
+	# Where the bench's host buffers were: the GPU's node, and each series'
+	# pages (a series on another node measures the socket link).
+	gpunode=$(awk '/^    "numa_node": -?[0-9]+,?$/ { v = $2; sub(/,$/, "", v); print v; exit }' "$out/bench.json")
+	hostnodes=$(sed -n '/^    "host_nodes": {$/,/^    }$/p' "$out/bench.json" | sed '1s/.*/{/; $s/.*/}/' | tr -d '\n' | tr -s ' ')
+	[[ -n $gpunode ]] || gpunode=null
+	[[ -n $hostnodes ]] || hostnodes='{}'
 	goals=$(sed -n '/^  "goals": \[/,/^  \],\{0,1\}$/p' "$out/bench.json" | sed '1s/.*/[/; $s/.*/]/')
 	[[ -n $goals ]] || goals=[]
 	arch=$(sed -n 's/^  "arch": "\(.*\)",$/\1/p' "$out/info.json")
@@ -199,8 +206,8 @@ run | probe)
 	) >"$out/summary.json"
 	(
 		IFS=,
-		printf '"bench_errors":%d,"goals":%s,"probe":"%s","torch":"%s","timed_out":[%s],"status":%d}\n' \
-			"$benchErrors" "$goals" "$probe" "$torch" "${timedout[*]}" "$status"
+		printf '"bench_errors":%d,"gpu_node":%s,"host_nodes":%s,"goals":%s,"probe":"%s","torch":"%s","timed_out":[%s],"status":%d}\n' \
+			"$benchErrors" "$gpunode" "$hostnodes" "$goals" "$probe" "$torch" "${timedout[*]}" "$status"
 	) >>"$out/summary.json"
 	cat "$out/summary.json"
 	exit $status

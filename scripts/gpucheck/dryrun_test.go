@@ -133,6 +133,8 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	require.Zero(t, s.BenchErrors)
 	require.Equal(t, lib, s.Libcuda, "found through ldconfig")
 	require.Equal(t, "measured", s.Probe)
+	require.NotNil(t, s.GPUNode, "the GPU's node from bench.json (-1: unknown)")
+	require.Len(t, s.HostNodes, 4, "where each transfer series' buffer was: %v", s.HostNodes)
 	require.Empty(t, s.TimedOut)
 	require.Equal(t, arch, s.Arch, "the bundle's own architecture ran")
 	require.Greater(t, s.TestsPassed, 50, "the bundle's tests ran")

@@ -26,6 +26,8 @@ type Summary struct {
 	TestsSkipped   int               `json:"tests_skipped"`
 	PackagesFailed []string          `json:"packages_failed"`
 	BenchErrors    int               `json:"bench_errors"`
+	GPUNode        *int              `json:"gpu_node"`
+	HostNodes      map[string]string `json:"host_nodes"`
 	Goals          []json.RawMessage `json:"goals"`
 	Probe          string            `json:"probe"`
 	Torch          string            `json:"torch"`
@@ -51,12 +53,16 @@ type benchGoal struct {
 	Detail string `json:"detail"`
 }
 
+// benchDevice is the bench's device object, in the CLI's field order.
+type benchDevice struct {
+	Number    int               `json:"number"`
+	NUMANode  int               `json:"numa_node"`
+	HostNodes map[string]string `json:"host_nodes,omitempty"`
+}
+
 type benchReport struct {
-	Arch   string `json:"arch"`
-	Device *struct {
-		NUMANode  int               `json:"numa_node"`
-		HostNodes map[string]string `json:"host_nodes"`
-	} `json:"device"`
+	Arch    string        `json:"arch"`
+	Device  *benchDevice  `json:"device"`
 	Results []benchResult `json:"results"`
 	Skipped []struct {
 		Group  string `json:"group"`
@@ -109,7 +115,8 @@ func stubBundle(t *testing.T, tests map[string]string, rc map[string]int, bench 
 
 func benchJSON(t *testing.T, results []benchResult) []byte {
 	t.Helper()
-	rep := benchReport{Arch: "arm64", Results: results, Goals: []benchGoal{
+	rep := benchReport{Arch: "arm64", Results: results, Device: &benchDevice{Number: 0, NUMANode: 1,
+		HostNodes: map[string]string{"driver peak": "1", "pageable": "1", "pinned": "1", "registered": "0-1"}}, Goals: []benchGoal{
 		{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, {Goal: "staging", Status: "missed", Detail: "1.2"},
 	}}
 	b, err := json.MarshalIndent(rep, "", "  ")
@@ -191,6 +198,10 @@ func TestRunSummary(t *testing.T) {
 			require.Equal(t, tc.benchErrors, s.BenchErrors)
 			require.Len(t, s.Goals, 2, "the bench's goals, verbatim")
 			require.Equal(t, "absent: no python3 with torch", s.Torch)
+			require.NotNil(t, s.GPUNode)
+			require.Equal(t, 1, *s.GPUNode, "the GPU's node, from bench.json")
+			require.Equal(t, map[string]string{"driver peak": "1", "pageable": "1", "pinned": "1", "registered": "0-1"}, s.HostNodes,
+				"where each series' buffer was")
 			var g benchGoal
 			require.NoError(t, json.Unmarshal(s.Goals[0], &g))
 			require.Equal(t, benchGoal{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, g)

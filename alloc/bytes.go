@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -36,7 +37,10 @@ const ByteAlignment = 64
 // ErrDoubleFree, ErrInvalidArgument). A program that must survive running
 // out recovers the panic, or gives the allocator a fallback. A
 // ArrowAllocator is safe for concurrent use.
-type ArrowAllocator struct{ a *Allocator }
+type ArrowAllocator struct {
+	a *Allocator
+	n *atomic.Int64 // bytes allocated through this value and its copies, not freed
+}
 
 // NewArrowAllocator returns a's Arrow allocator; nil means the default allocator (as it
 // is now: a later SetDefault does not change the result). Device memory
@@ -46,7 +50,25 @@ func NewArrowAllocator(a *Allocator) ArrowAllocator {
 	if a == nil {
 		a = Default()
 	}
-	return ArrowAllocator{a: a}
+	return ArrowAllocator{a: a, n: new(atomic.Int64)}
+}
+
+// AllocatedBytes is the number of bytes this Arrow allocator (and its
+// copies) handed out and has not had back, as Arrow's Mallocator and
+// GoAllocator report it: what Arrow's CheckedAllocator and memory
+// accounting read. Blocks of the same *Allocator allocated otherwise are
+// not counted (they are in the allocator's Stats).
+func (b ArrowAllocator) AllocatedBytes() int64 {
+	if b.n == nil {
+		return 0
+	}
+	return b.n.Load()
+}
+
+func (b ArrowAllocator) add(n int64) {
+	if b.n != nil {
+		b.n.Add(n)
+	}
 }
 
 // Allocate returns size zeroed bytes (len == cap == size).
@@ -64,6 +86,7 @@ func (b ArrowAllocator) Allocate(size int) []byte {
 	if err != nil {
 		panic(b.fail("Allocate", size, err))
 	}
+	b.add(int64(size))
 	return unsafe.Slice((*byte)(p), size)
 }
 
@@ -94,6 +117,7 @@ func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 			panic(b.fail("Reallocate", size, err))
 		}
 		if ok {
+			b.add(int64(size) - int64(info.Size))
 			return unsafe.Slice((*byte)(p), size)
 		}
 	}
@@ -102,6 +126,7 @@ func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 	if err := Free(p); err != nil {
 		panic(b.fail("Reallocate", size, err))
 	}
+	b.add(-int64(info.Size))
 	return nb
 }
 
@@ -112,12 +137,14 @@ func (b ArrowAllocator) Free(buf []byte) {
 	if cap(buf) == 0 {
 		return
 	}
-	if _, err := b.owned(buf, "Free"); err != nil {
+	info, err := b.owned(buf, "Free")
+	if err != nil {
 		panic(b.fail("Free", len(buf), err))
 	}
 	if err := Free(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
 		panic(b.fail("Free", len(buf), err))
 	}
+	b.add(-int64(info.Size))
 }
 
 // owned checks that buf is a block of b's allocator (or its fallbacks).

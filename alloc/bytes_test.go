@@ -29,7 +29,11 @@ var _ arrowAllocator = ArrowAllocator{}
 func TestBytesMethodSetIsArrowsAllocator(t *testing.T) {
 	got := reflect.TypeOf(ArrowAllocator{})
 	want := reflect.TypeOf((*arrowAllocator)(nil)).Elem()
-	require.Equal(t, want.NumMethod(), got.NumMethod(), "exactly Arrow's methods, no more")
+	// Arrow's methods, and AllocatedBytes as Arrow's Mallocator has it.
+	require.Equal(t, want.NumMethod()+1, got.NumMethod(), "exactly Arrow's methods and AllocatedBytes, no more")
+	ab, ok := got.MethodByName("AllocatedBytes")
+	require.True(t, ok)
+	require.Equal(t, reflect.TypeOf(func() int64 { return 0 }), reflect.FuncOf(nil, []reflect.Type{ab.Type.Out(0)}, false))
 	for i := range want.NumMethod() {
 		m := want.Method(i)
 		g, ok := got.MethodByName(m.Name)

@@ -1,0 +1,72 @@
+package alloc
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// AllocatedBytes follows Allocate, Reallocate (in place and moved) and
+// Free, across copies of the value, as Arrow's Mallocator reports it.
+func TestArrowAllocatedBytes(t *testing.T) {
+	a, err := New(memspace.Default)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Destroy()) })
+	mem := NewArrowAllocator(a)
+	cp := mem // a copy shares the count
+	require.Zero(t, mem.AllocatedBytes())
+
+	x := mem.Allocate(100)
+	require.Equal(t, int64(100), cp.AllocatedBytes())
+	y := cp.Allocate(50)
+	require.Equal(t, int64(150), mem.AllocatedBytes())
+	x = mem.Reallocate(90, x) // in place
+	require.Equal(t, int64(140), mem.AllocatedBytes())
+	x = mem.Reallocate(1<<20, x) // moved
+	require.Equal(t, int64(1<<20+50), mem.AllocatedBytes())
+	mem.Free(x[:0]) // re-sliced to length 0, as Arrow may
+	require.Equal(t, int64(50), mem.AllocatedBytes())
+	y = mem.Reallocate(0, y)
+	require.Zero(t, mem.AllocatedBytes())
+	require.Empty(t, y)
+
+	other := NewArrowAllocator(a)
+	z := other.Allocate(10)
+	require.Zero(t, mem.AllocatedBytes(), "each NewArrowAllocator counts its own")
+	other.Free(z)
+	require.Zero(t, ArrowAllocator{}.AllocatedBytes())
+}
+
+// One device's pinned pool is trimmed on its own: its retained memory goes,
+// and a trim of a device without a pool releases nothing.
+func TestTrimPinnedPool(t *testing.T) {
+	stayOnOneNode(t)
+	host, err := target.Get(target.InitialDevice())
+	require.NoError(t, err)
+	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(host.ID), WithFallback(traits.NullFb))
+	p, err := a.Alloc(3 << 20) // a huge region of its own, kept locked when freed
+	if err != nil {
+		t.Skipf("cannot pin 4 MiB here: %v", err)
+	}
+	require.NoError(t, Free(p))
+	st, ok := PinnedPool(host.ID)
+	require.True(t, ok)
+	require.NotZero(t, st.Retained, "the freed region is kept for reuse while the allocator lives")
+
+	require.Zero(t, TrimPinnedPool(host.ID+1), "no such pool")
+	released := TrimPinnedPool(host.ID)
+	require.GreaterOrEqual(t, released, st.Retained)
+	st, _ = PinnedPool(host.ID)
+	require.Zero(t, st.Retained)
+
+	p, err = a.Alloc(3 << 20)
+	require.NoError(t, err)
+	require.NoError(t, Free(p))
+	require.NotZero(t, a.TrimPool(), "the allocator's pool: its device's pinned pool")
+	st, _ = PinnedPool(host.ID)
+	require.Zero(t, st.Retained)
+}

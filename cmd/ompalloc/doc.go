@@ -44,6 +44,8 @@
 //	memlock:      {soft_bytes, hard_bytes (-1 unlimited or n/a), soft, hard ("unlimited", "8 MiB", "n/a"),
 //	               vmlck_bytes (-1 n/a), vmlck, cap_ipc_lock}
 //	pinned:       {limit_bytes (0 none), used_bytes, limit, env (OMPALLOC_PINNED_LIMIT as set),
+//	               source (where the limit came from: RLIMIT_MEMLOCK, the memory cgroup,
+//	               half of RAM, the variable), warning (a limit below one 4 MiB chunk),
 //	               huge_pages: {mode (thp, off, hugetlb), env (OMPALLOC_HUGEPAGES as set),
 //	               hugetlb_bytes, hugetlb_fallbacks, pool (a 2 MiB hugetlb pool exists),
 //	               pool_total, pool_free, pool_available (free, not reserved)}}

@@ -429,11 +429,22 @@ type PinnedStats struct {
 	HugeTLBFallbacks int64
 }
 
+// pinnedPoolList returns the pinned pools that exist (their heaps and
+// sources never change).
+func pinnedPoolList() []*pinnedPool {
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	out := make([]*pinnedPool, 0, len(pinnedPools))
+	for _, pp := range pinnedPools {
+		out = append(out, pp)
+	}
+	return out
+}
+
 // ReadPinnedStats returns the pinned heaps' statistics.
 func ReadPinnedStats() PinnedStats {
-	pinnedMu.Lock()
 	var st PinnedStats
-	for _, pp := range pinnedPools {
+	for _, pp := range pinnedPoolList() { // heap.Stats may wait for a release: not under pinnedMu
 		for i, h := range pp.heaps {
 			hs := h.Stats()
 			b, c := pp.srcs[i].stuckBytes()
@@ -441,7 +452,6 @@ func ReadPinnedStats() PinnedStats {
 			st.Chunks += hs.Chunks + c
 		}
 	}
-	pinnedMu.Unlock()
 	st.Limit, _ = PinnedLimit()
 	st.Locks = pinStats.locks.Load()
 	st.LockTime = time.Duration(pinStats.lockNanos.Load())

@@ -90,10 +90,9 @@ type poolCounts struct {
 // PinnedPools returns the pinned pools that exist, one per device that has
 // pinned memory for an allocator, in device order.
 func PinnedPools() []PoolStats {
-	pinnedMu.Lock()
-	defer pinnedMu.Unlock()
-	out := make([]PoolStats, 0, len(pinnedPools))
-	for _, pp := range pinnedPools {
+	pools := pinnedPoolList() // heap.Stats may wait for a release: not under pinnedMu
+	out := make([]PoolStats, 0, len(pools))
+	for _, pp := range pools {
 		out = append(out, poolStatsLocked(pp))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
@@ -103,8 +102,8 @@ func PinnedPools() []PoolStats {
 // PinnedPool returns the pinned pool of device dev, if it has one.
 func PinnedPool(dev int) (PoolStats, bool) {
 	pinnedMu.Lock()
-	defer pinnedMu.Unlock()
 	pp, ok := pinnedPools[dev]
+	pinnedMu.Unlock()
 	if !ok {
 		return PoolStats{}, false
 	}
@@ -127,7 +126,8 @@ func PinnedPoolNodes(dev int) []int {
 	return poolNodes(poolTopology(), deviceNode(dev))
 }
 
-// poolStatsLocked reads one pool. pinnedMu held.
+// poolStatsLocked reads one pool (its heaps and sources never change, so
+// pinnedMu need not be held).
 func poolStatsLocked(pp *pinnedPool) PoolStats {
 	st := PoolStats{Device: pp.dev}
 	for i, h := range pp.heaps {

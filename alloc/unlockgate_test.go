@@ -130,6 +130,15 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 					_, err := d.LockMem(other, 1<<16) // unlocked below, once the gate opens
 					return err
 				},
+				"a new pinned allocator while ReadPinnedStats waits for the release": func() error {
+					go ReadPinnedStats()              // waits for the release in flight
+					time.Sleep(50 * time.Millisecond) // let it reach the wait
+					b, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
+					if err == nil {
+						err = b.Destroy()
+					}
+					return err
+				},
 				"an Alloc needing a new pinned region": func() error {
 					q, err := a.Alloc(6 << 20)
 					if err == nil {

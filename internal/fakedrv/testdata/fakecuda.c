@@ -92,8 +92,8 @@
  *     go to the legacy stream. Streams created with CU_STREAM_NON_BLOCKING do
  *     not wait for it (a copy there may read what the legacy stream has not
  *     written yet); blocking streams (flags 0) and the legacy stream wait for
- *     each other. Freeing or unregistering memory waits for every legacy
- *     stream first.
+ *     each other. cuMemFree_v2 waits for every legacy stream first;
+ *     cuMemHostUnregister and cuMemFreeHost wait for every stream.
  *
  * Error injection (read at every call, so it may change while a process runs;
  * a changed value restarts the counts):

@@ -243,7 +243,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		}
 		a.heap = pinnedHeap(dev)
 	default:
-		a.heap = hostHeapFor(ms, set)
+		a.heap, a.pool = hostHeapFor(ms, set)
 	}
 	a.name = fmt.Sprintf("allocator#%d(%v%s)", h, ms, pinnedSuffix(set.Pinned))
 	if set.Partition == traits.PartitionerValue {
@@ -306,7 +306,7 @@ func (a *Allocator) buildOnDevices(ms memspace.ID, set traits.Set) error {
 		return nil
 	}
 	if d.Nodes != nil {
-		a.heap = hostHeapFor(ms, set)
+		a.heap, a.pool = hostHeapFor(ms, set)
 		return nil
 	}
 	a.heap = hostHeap()

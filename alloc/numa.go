@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
@@ -65,13 +66,72 @@ func placementOf(ms memspace.ID, set traits.Set) (numa.Spec, bool) {
 	return s, true
 }
 
-// hostHeapFor returns the heap of an unpinned host allocator.
-func hostHeapFor(ms memspace.ID, set traits.Set) *heap.Heap {
+// hostHeapFor returns the heap of an unpinned host allocator, and the pool
+// of heaps per node it draws on when it has one (nearestPool).
+func hostHeapFor(ms memspace.ID, set traits.Set) (*heap.Heap, *pinnedPool) {
 	s, ok := placementOf(ms, set)
 	if !ok {
-		return hostHeap()
+		return hostHeap(), nil
 	}
-	return placedHeap(s)
+	if pp := nearestPool(s); pp != nil {
+		return pp.heaps[0], pp
+	}
+	return placedHeap(s), nil
+}
+
+// A nearest allocator on a machine with two or more CPU nodes draws on a
+// pool with a heap per memory node, as the host's pinned pool does: each
+// CPU node's heap has its chunks preferred (MPOL_PREFERRED) to its own node,
+// or to the nearest node of the memory space's when that is restricted
+// (HBM, CXL, a sub-memory space), and an allocation is served by the heap
+// of the caller's node. A single placed heap under MPOL_LOCAL would place
+// a chunk's pages where they are first touched, and a block freed by a
+// node-1 thread and reused by a node-0 thread would keep its node-1 pages:
+// OpenMP promises memory nearest to the thread that allocates. Preferred,
+// not bound: a full node gives other memory rather than failing.
+var nearestPools = map[string]*pinnedPool{} // by numa.Spec.Key; placedMu
+
+// nearestPool returns the pool of heaps per node of nearest placement s,
+// or nil where one heap does it (not nearest, one CPU node, or one node of
+// the memory space nearest to every CPU node).
+func nearestPool(s numa.Spec) *pinnedPool {
+	if s.Partition != numa.Nearest {
+		return nil
+	}
+	top := numa.System() // chunks are bound: the machine's nodes, never a fixture's
+	cpus := poolNodes(top, -1)
+	if cpus == nil {
+		return nil
+	}
+	var nodes []int
+	for _, c := range cpus {
+		m := c
+		if s.Nodes != nil {
+			m = top.Nearest(c, s.Nodes)
+		}
+		if !slices.Contains(nodes, m) {
+			nodes = append(nodes, m)
+		}
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	slices.Sort(nodes)
+	k := s.Key()
+	placedMu.Lock()
+	defer placedMu.Unlock()
+	if pp := nearestPools[k]; pp != nil {
+		return pp
+	}
+	pp := &pinnedPool{dev: -1}
+	for _, n := range nodes {
+		name := fmt.Sprintf("host(%s, node %d)", k, n)
+		src := &placeSource{spec: numa.Spec{Partition: numa.Nearest, Nodes: []int{n}}, name: name}
+		pp.heaps = append(pp.heaps, heap.New(src, heap.Config{Name: name, KeepChunks: 1, KeepHuge: 64 << 20}))
+	}
+	pp.route(top, nodes)
+	nearestPools[k] = pp
+	return pp
 }
 
 func placedHeap(s numa.Spec) *heap.Heap {
@@ -129,6 +189,14 @@ func (a *Allocator) Placement() string {
 	s, ok := placementOf(a.ms, a.traits)
 	if !ok {
 		return "environment: the process's policy"
+	}
+	if a.pool != nil && a.target == nil {
+		var far int64
+		for i := range a.pool.far {
+			far += a.pool.far[i].Load()
+		}
+		return fmt.Sprintf("%v: a heap per node %s, the caller's node's first, MPOL_PREFERRED per chunk (%d blocks served from another node's heap)",
+			part, numa.FormatList(a.pool.nodes), far)
 	}
 	plan := numa.Plan(4<<20, pageSize, s, numa.System().IDs())
 	if len(plan) == 0 {

@@ -98,6 +98,14 @@ func newPinnedPool(dev int) *pinnedPool {
 		name := fmt.Sprintf("pinned(device %d, node %d)", dev, n)
 		pp.add(name, &pinSource{dev: dev, node: n, name: fmt.Sprintf("the pinned heap of device %d on node %d", dev, n), heap: name})
 	}
+	pp.route(top, nodes)
+	return pp
+}
+
+// route sets the pool's routing for heaps on nodes (ascending, one heap
+// each, in that order): every node of top goes to the heap on its nearest
+// node of nodes, and each heap's fallbacks are the others, nearest first.
+func (pp *pinnedPool) route(top *numa.Topology, nodes []int) {
 	pp.nodes = nodes
 	pp.far = make([]atomic.Int64, len(nodes))
 	maxID := 0
@@ -133,7 +141,6 @@ func newPinnedPool(dev int) *pinnedPool {
 		}
 		pp.order = append(pp.order, rest)
 	}
-	return pp
 }
 
 func (pp *pinnedPool) add(name string, src *pinSource) {
@@ -177,13 +184,17 @@ func (pp *pinnedPool) has(h *heap.Heap) bool {
 	return false
 }
 
-// The caller's node is cached per P and refreshed with getcpu(2) every
-// nodeRefresh allocations on that P: a syscall per pinned allocation would
-// cost more than the allocation (~40 ns). The answer is a hint either way:
-// a goroutine moves between threads, and a thread between CPUs, unless the
-// thread is locked (runtime.LockOSThread) and its affinity set; even then,
-// the P it runs on may carry the node of the thread that ran there before,
-// for up to nodeRefresh allocations.
+// The caller's node is read from the CPU (RDTSCP, a few ns) where it can
+// be. Elsewhere (arm64, a CPU or hypervisor without RDTSCP) it is cached
+// per P and refreshed with getcpu(2) every nodeRefresh allocations on that
+// P: a syscall per pinned allocation would cost more than the allocation
+// (~40 ns), and Go gives no cheap signal of a thread's migration. The
+// bound there: after a goroutine moves to a thread on another node, or
+// another thread takes the P, up to nodeRefresh-1 allocations on that P
+// are served by the previous node's heap, and are not counted as far. The
+// answer is a hint either way: a goroutine moves between threads, and a
+// thread between CPUs, unless the thread is locked (runtime.LockOSThread)
+// and its affinity set.
 const nodeRefresh = 64
 
 type nodeSlot struct {
@@ -207,8 +218,18 @@ func resetCallerNodes() {
 	nodeSlots.Store(&s)
 }
 
-// callerNode returns the calling thread's node, from the P's cache.
+// fastNode reads the calling thread's node without a system call where the
+// CPU can say (numa.FastNode: RDTSCP on linux/amd64). A test hook, as
+// currentNode.
+var fastNode = numa.FastNode
+
+// callerNode returns the calling thread's node: read from the CPU where it
+// can be (exact at that instant: a pool counts every block served by
+// another node's heap), else from the P's cache.
 func callerNode() int {
+	if n, ok := fastNode(); ok {
+		return n
+	}
 	pid := pcpu.Pin()
 	if s := *nodeSlots.Load(); pid < len(s) {
 		c := &s[pid]

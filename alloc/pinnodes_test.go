@@ -57,15 +57,16 @@ func dropPinnedPool(t *testing.T, dev int) {
 func withPoolHooks(t *testing.T, top *numa.Topology, devNode int, node *int) int {
 	t.Helper()
 	dev := target.DefaultDevice()
-	oldTop, oldDev, oldCur := poolTopology, deviceNode, currentNode
+	oldTop, oldDev, oldCur, oldFast := poolTopology, deviceNode, currentNode, fastNode
 	dropPinnedPool(t, dev)
 	poolTopology = func() *numa.Topology { return top }
 	deviceNode = func(int) int { return devNode }
 	currentNode = func() int { return *node }
+	fastNode = func() (int, bool) { return -1, false }
 	resetCallerNodes()
 	t.Cleanup(func() {
 		dropPinnedPool(t, dev)
-		poolTopology, deviceNode, currentNode = oldTop, oldDev, oldCur
+		poolTopology, deviceNode, currentNode, fastNode = oldTop, oldDev, oldCur, oldFast
 		resetCallerNodes()
 	})
 	return dev
@@ -84,11 +85,12 @@ func stayOnOneNode(t *testing.T) {
 	if node < 0 {
 		return // one heap: nothing to choose
 	}
-	old := currentNode
+	old, oldFast := currentNode, fastNode
 	currentNode = func() int { return node }
+	fastNode = func() (int, bool) { return node, true }
 	resetCallerNodes()
 	t.Cleanup(func() {
-		currentNode = old
+		currentNode, fastNode = old, oldFast
 		resetCallerNodes()
 	})
 }

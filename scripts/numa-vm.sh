@@ -22,7 +22,7 @@
 #   NUMA_VM_CACHE    downloads (kernel and busybox .debs, unpacked), default
 #                    ${XDG_CACHE_HOME:-$HOME/.cache}/ompalloc/numa-vm: outside
 #                    the work tree, so CI's fresh clones reuse them
-#   NUMA_VM_TIMEOUT  seconds the guest may run (default 420)
+#   NUMA_VM_TIMEOUT  seconds the guest may run (default 900)
 #   NUMA_VM_RUN      -test.run pattern for every package (default: all)
 #   NUMA_VM_KERNEL   a bzImage to boot instead of Debian's package
 #   NUMA_VM_APPEND   extra kernel arguments
@@ -39,7 +39,7 @@ if [[ ${1:-} == -v ]]; then VERBOSE=1; shift; fi
 PKGS=("$@")
 ((${#PKGS[@]})) || PKGS=(internal/numa memspace alloc kmp cmd/ompalloc)
 CACHE=${NUMA_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ompalloc/numa-vm}
-TIMEOUT=${NUMA_VM_TIMEOUT:-420}
+TIMEOUT=${NUMA_VM_TIMEOUT:-900}
 TOPO=${NUMA_VM_TOPOLOGY:-hmat}
 
 say() { echo "numa-vm: $*" >&2; }
@@ -137,6 +137,17 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do [ -e $t/nodelist ]
 for d in /sys/bus/pci/devices/*; do
 	[ "$(cat $d/vendor):$(cat $d/device)" = 0x1af4:0x1044 ] && say "pci $(basename $d) numa_node=$(cat $d/numa_node)"
 done
+# NUMA_VM_SYSFS: the kernel's node tree, for internal/numa's fixtures
+# (files as they read, symlinks as links).
+if grep -q 'numavm.sysfs' /proc/cmdline; then
+	for f in $(find /sys/devices/system/node /sys/devices/virtual/memory_tiering /sys/kernel/mm/hugepages /sys/kernel/mm/transparent_hugepage/enabled $(ls -d /sys/bus/pci/devices/*/numa_node) \
+		\( -name 'node[0-9]*' -o -name cpulist -o -name meminfo -o -name distance -o -name online -o -name possible -o -name has_cpu -o -name has_memory -o -name 'read_*' -o -name 'write_*' -o -name 'nr_hugepages' -o -name free_hugepages -o -name nodelist -o -name size -o -name indexing -o -name line_size -o -name write_policy -o -name enabled -o -name numa_node -o -name 'hugepages-*' -o -name 'memory_tier*' \) 2>/dev/null); do
+		case $f in */node[0-9]*/node[0-9]*/*|*/memory[0-9]*|*/subsystem/*) continue ;; esac
+		if [ -L $f ] && echo $f | grep -q initiators/node; then echo "NUMAVM-SYSFS L $f $(readlink $f)"
+		elif [ -f $f ]; then echo "NUMAVM-SYSFS F $f"; sed 's/^/NUMAVM-SYSFS | /' $f
+		fi
+	done
+fi
 # Huge pages on every node, after compacting (so each node has them).
 echo 3 >/proc/sys/vm/drop_caches; echo 1 >/proc/sys/vm/compact_memory
 for h in /sys/devices/system/node/node[01]/hugepages/hugepages-2048kB/nr_hugepages; do echo 16 >$h; done
@@ -193,6 +204,7 @@ fi
 dist() { numa+=(-numa "dist,src=$1,dst=$2,val=$3"); }
 dist 0 1 21; dist 0 2 14; dist 0 3 24; dist 1 2 24; dist 1 3 14; dist 2 3 28
 [[ -n ${NUMA_VM_RUN:-} ]] && append+=" numavm.run=$NUMA_VM_RUN"
+[[ -n ${NUMA_VM_SYSFS:-} ]] && append+=" numavm.sysfs"
 ((VERBOSE)) && append+=" numavm.v"
 append+=" ${NUMA_VM_APPEND:-}"
 
@@ -208,6 +220,14 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -machine "$machine
 	-display none -serial file:"$log" -monitor none -no-reboot -net none </dev/null || rc=$?
 secs=$((SECONDS - start))
 [[ -n ${NUMA_VM_LOG:-} ]] && cp "$log" "$NUMA_VM_LOG"
+if [[ -n ${NUMA_VM_SYSFS:-} ]]; then
+	# Rebuild the guest's sysfs tree under $NUMA_VM_SYSFS (a fixture root).
+	tr -d '\r' <"$log" | awk -v root="$NUMA_VM_SYSFS" '
+		/^NUMAVM-SYSFS F / { f = root $3; sub(/\/[^\/]*$/, "", f); system("mkdir -p \"" f "\""); out = root $3; printf "" > out; next }
+		/^NUMAVM-SYSFS \| / { sub(/^NUMAVM-SYSFS \| /, ""); print >> out; next }
+		/^NUMAVM-SYSFS L / { d = root $3; sub(/\/[^\/]*$/, "", d); system("mkdir -p \"" d "\" && ln -sfn \"" $4 "\" \"" root $3 "\"") }'
+	echo "numa-vm: the guest's sysfs is in $NUMA_VM_SYSFS"
+fi
 
 tr -d '\r' <"$log" | sed -n 's/^NUMAVM //p' | grep -v '^pkg \|^done' | sed 's/^/numa-vm: guest: /'
 tr -d '\r' <"$log" | grep '^  | ' || true

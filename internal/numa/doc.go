@@ -26,7 +26,9 @@
 // allocators: package alloc applies them per chunk of its heaps, never per
 // block. GetPolicy (get_mempolicy with MPOL_F_ADDR) and PageNodes
 // (move_pages with no target) read back what the kernel did. On systems
-// other than Linux, Apply returns ErrUnsupported.
+// other than Linux, Apply returns ErrUnsupported. CurrentNode asks
+// getcpu(2) for the calling thread's node; FastNode reads it from the CPU
+// without a system call where Linux makes that possible (RDTSCP on amd64).
 //
 // Nothing below this package knows about allocators, and it knows no
 // devices: the node of a PCI device is read from a bus id the caller

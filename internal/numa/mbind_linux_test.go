@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,4 +157,25 @@ func TestSupportedAgreesWithTheKernel(t *testing.T) {
 	_, p := mapRange(t, 4096)
 	_, _, err := numa.GetPolicy(p)
 	require.Equal(t, !errors.Is(err, syscall.ENOSYS), numa.Supported(), "%v", err)
+}
+
+// TestFastNodeAgreesWithGetcpu: where the CPU's register is readable, it
+// names the node getcpu(2) names, on every CPU this thread may run on.
+func TestFastNodeAgreesWithGetcpu(t *testing.T) {
+	if _, ok := numa.FastNode(); !ok {
+		t.Skip("no node readable without a system call here (no RDTSCP, not amd64, or the kernel does not set TSC_AUX)")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	agree := 0
+	for range 100 {
+		a, _ := numa.FastNode()
+		b, err := numa.CurrentNode()
+		require.NoError(t, err)
+		if c, _ := numa.FastNode(); a == c { // not moved in between
+			require.Equal(t, b, a)
+			agree++
+		}
+	}
+	require.Positive(t, agree)
 }

@@ -96,6 +96,15 @@ func TestReadFixtures(t *testing.T) {
 			hugeSizes: []uint64{2 << 20, 512 << 20}, thp: "always",
 			largeCap: []int{0, 1},
 		},
+		// Taken from the guest of scripts/numa-vm.sh (NUMA_VM_SYSFS): Debian's
+		// 6.1 kernel under qemu, HMAT, initiators as symlinks, access1 too.
+		"qemu-hmat": {
+			ids: []int{0, 1, 2, 3}, cpus: map[int]int{0: 2, 1: 2, 2: 0, 3: 0}, memOnly: []int{2, 3},
+			dist:      [][3]int{{0, 1, 21}, {0, 2, 14}, {1, 3, 14}, {2, 3, 28}},
+			tiers:     map[int]int{0: 4, 1: 4, 2: 4, 3: 4},
+			hugeSizes: []uint64{2 << 20, 1 << 30}, thp: "always",
+			highBw: []int{2}, largeCap: []int{3},
+		},
 		"single": {
 			ids: []int{0}, cpus: map[int]int{0: 2}, dist: [][3]int{{0, 0, 10}},
 			tiers: map[int]int{0: 4}, hugeSizes: []uint64{2 << 20, 1 << 30}, thp: "madvise",
@@ -228,4 +237,34 @@ func ExampleTopology_Tiers() {
 	// nodes: 0-3
 	// high_bw: 2-3
 	// large_cap: 0-3
+}
+
+// TestReadGuestSysfs: the sysfs of a real kernel (the qemu guest's) has
+// initiators as symlinks and access1 beside access0; both read as the
+// fixtures written by hand do, and the PCI device sits on node 1.
+func TestReadGuestSysfs(t *testing.T) {
+	const root = "testdata/qemu-hmat"
+	fi, err := os.Lstat(root + "/sys/devices/system/node/node3/access0/initiators/node1")
+	require.NoError(t, err)
+	require.NotZero(t, fi.Mode()&os.ModeSymlink, "an initiator is a symlink in real sysfs")
+	top := numa.Read(root)
+	for _, c := range []struct {
+		node, initiator int
+		readBW, readLat uint64
+	}{{0, 0, 102400, 80}, {1, 1, 102400, 80}, {2, 0, 409600, 90}, {3, 1, 20480, 300}} {
+		n, ok := top.Node(c.node)
+		require.True(t, ok)
+		require.NotNil(t, n.Access, "node %d", c.node)
+		require.Equal(t, []int{c.initiator}, n.Access.Initiators, "node %d", c.node)
+		require.Equal(t, c.readBW, n.Access.ReadBandwidth, "node %d", c.node)
+		require.Equal(t, c.readLat, n.Access.ReadLatency, "node %d", c.node)
+	}
+	tr := top.Tiers()
+	require.Contains(t, tr.HighBwWhy, "node 2: HMAT read bandwidth 409600 MB/s > 102400 MB/s")
+	require.Contains(t, tr.LargeCapWhy, "node 3: memory-only, HMAT read bandwidth 20480 MB/s < 102400 MB/s")
+	require.Equal(t, 2, top.Nearest(0, []int{2, 3}))
+	require.Equal(t, 3, top.Nearest(1, []int{2, 3}))
+	n, ok := numa.PCINode(root, "0000:81:00.0")
+	require.True(t, ok)
+	require.Equal(t, 1, n, "the PCIe device behind node 1's host bridge")
 }

@@ -27,10 +27,10 @@
 #                    test; of cmd/ompalloc, its info and placement tests)
 #   NUMA_VM_KERNEL   a bzImage to boot instead of Debian's package
 #   NUMA_VM_APPEND   extra kernel arguments
-#   NUMA_VM_TOPOLOGY hmat (default, above) or tiers (no HMAT; node 3 memory
-#                    from memmap= onlined through dax/kmem, which the kernel
-#                    puts in a slower memory tier: the tier path of
-#                    internal/numa's classification)
+#   NUMA_VM_TOPOLOGY hmat (default, above) or nohmat (the same nodes without
+#                    HMAT: internal/numa then classifies by memory tier
+#                    alone, and 6.1 puts every node in one tier, so there
+#                    high_bw and large_cap are default memory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -127,11 +127,6 @@ mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
 ulimit -l unlimited
 say() { echo "NUMAVM $*"; }
-# tiers: bring node 3's memmap= memory online through dax/kmem first.
-if grep -q 'numavm=tiers' /proc/cmdline; then
-	for m in nd_e820 nd_pmem dax_pmem device_dax kmem; do modprobe $m 2>/dev/null; done
-	say "tiers: $(ls /sys/bus/dax/devices 2>/dev/null | tr '\n' ' ')"
-fi
 # What the kernel says, for the log: nodes, tiers, HMAT, the PCI device.
 for n in /sys/devices/system/node/node[0-9]*; do
 	a=$n/access0/initiators
@@ -181,20 +176,14 @@ chmod +x "$rootfs/init"
 # initiator/target pair.
 mem=(-object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,size=1G
 	-object memory-backend-ram,id=m2,size=1G)
-numa=(-numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3,memdev=m1
-	-numa node,nodeid=2,memdev=m2,initiator=0)
+numa=(-numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3,memdev=m1)
 append="console=ttyS0 panic=-1 mitigations=off numa_balancing=disable quiet rdinit=/init"
-if [[ $TOPO == tiers ]]; then
-	# Node 3 has no memory of its own at boot: 512 MiB of node 1's range
-	# is taken by memmap=!, becomes a pmem region, then dax/kmem memory on
-	# a node of its own (the kernel's "dax" tier, below DRAM).
-	mem+=(-object memory-backend-ram,id=m3,size=1G)
-	numa+=(-numa node,nodeid=3,memdev=m3,initiator=1)
-	append+=" numavm=tiers"
+mem+=(-object memory-backend-ram,id=m3,size=1G)
+if [[ $TOPO == nohmat ]]; then
+	numa+=(-numa node,nodeid=2,memdev=m2 -numa node,nodeid=3,memdev=m3)
 	machine=q35
 else
-	mem+=(-object memory-backend-ram,id=m3,size=1G)
-	numa+=(-numa node,nodeid=3,memdev=m3,initiator=1)
+	numa+=(-numa node,nodeid=2,memdev=m2,initiator=0 -numa node,nodeid=3,memdev=m3,initiator=1)
 	machine=q35,hmat=on
 	#          target: 0        1        2 (HBM)   3 (CXL)
 	lat0=(80 140 90 250) bw0=(100G 50G 400G 30G)

@@ -45,13 +45,6 @@ func fromEnv(v string) (*Allocator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s=%q: %w", traits.EnvVar, v, err)
 	}
-	if a.traits.Pinned {
-		// OpenMP's fallback for the allocator OMP_ALLOCATOR made: say it
-		// once when a failed pin sends blocks to it, as kmp does for its own.
-		a.NotifyPinFallback(func(cause error, fb *Allocator) {
-			warn.Emit(warn.PinFallback, "alloc", fmt.Sprintf("%s: %v; this and later blocks that cannot be pinned come from %v, unpinned",
-				traits.EnvVar, cause, fb), cause)
-		})
-	}
+	a.pinFb.from = traits.EnvVar + ": " // its pin fallback warning says so
 	return a, nil
 }

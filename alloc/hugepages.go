@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
@@ -208,22 +209,22 @@ func hugeTLBBytes(src *pinSource) uintptr {
 	return n
 }
 
-// HugeTLBRange is a pinned chunk or region in hugetlb pages.
-type HugeTLBRange struct {
-	Start, Size uintptr
-	Device      int // the device its pinned pool locks for
-}
+// hugeTLBRange is one hugetlb mapping of a pinned heap.
+type hugeTLBRange = hooks.HugeTLBRange
 
-// HugeTLBRanges lists the pinned heaps' hugetlb mappings in address order.
+func init() { hooks.HugeTLBRanges = hugeTLBRanges }
+
+// hugeTLBRanges lists the pinned heaps' hugetlb mappings in address order.
 // The kernel does not count them in VmLck although they are locked and
 // registered (mlock of hugetlb memory succeeds and changes nothing: the
 // pages are never swapped); /proc/self/status counts them in HugetlbPages.
-// Tests use it to check VmLck against the registries.
-func HugeTLBRanges() []HugeTLBRange {
+// internal/leakcheck uses it (through internal/hooks) to check VmLck
+// against the registries.
+func hugeTLBRanges() []hugeTLBRange {
 	tlb.mu.Lock()
-	out := make([]HugeTLBRange, 0, len(tlb.maps))
+	out := make([]hugeTLBRange, 0, len(tlb.maps))
 	for p, m := range tlb.maps {
-		out = append(out, HugeTLBRange{Start: p, Size: m.size, Device: m.src.dev})
+		out = append(out, hugeTLBRange{Start: p, Size: m.size, Device: m.src.dev})
 	}
 	tlb.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })

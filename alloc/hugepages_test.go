@@ -207,7 +207,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	require.Equal(t, uintptr(8<<20), pool.HugeTLB)
 	_, used := PinnedLimit()
 	require.Equal(t, uintptr(8<<20), used-usedBefore, "the limit counts the whole pages")
-	require.Len(t, HugeTLBRanges(), 2)
+	require.Len(t, hugeTLBRanges(), 2)
 
 	// The kernel: HugetlbPages has both mappings; VmLck does not count them
 	// (Bytes - HugeTLB is what VmLck shows); the pool lost four free pages.
@@ -221,7 +221,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	require.NoError(t, a.Destroy())
 	Trim()
 	require.Zero(t, ReadPinnedStats().HugeTLB)
-	require.Empty(t, HugeTLBRanges())
+	require.Empty(t, hugeTLBRanges())
 	require.Equal(t, hugeBase, hugetlbKiB(t), "the hugetlb pages are unmapped")
 	require.Equal(t, vmBase, vmLckKiB(t))
 }

@@ -462,26 +462,18 @@ func ReadPinnedStats() PinnedStats {
 // pinFallback is an allocator's notice of its first failed pin that went to
 // the fallback.
 type pinFallback struct {
-	notify atomic.Pointer[func(cause error, fb *Allocator)]
-	done   atomic.Bool
+	done atomic.Bool
+	from string // where the allocator came from, when not from a call: "OMP_ALLOCATOR: "
 }
 
-// NotifyPinFallback makes f run once, the first time a failed pin (an
+// pinFellBack warns once per allocator, the first time a failed pin (an
 // error matching ErrPinFailed) sends one of a's allocations to its
-// fallback, with the cause and the fallback allocator. kmp uses it to warn,
-// since OpenMP's default_mem_fb otherwise hands out unpinned memory in
-// silence. nil removes f.
-func (a *Allocator) NotifyPinFallback(f func(cause error, fb *Allocator)) {
-	if f == nil {
-		a.pinFb.notify.Store(nil)
-		return
-	}
-	a.pinFb.notify.Store(&f)
-}
-
+// fallback: OpenMP's default_mem_fb would otherwise hand out unpinned
+// memory in silence. The warning goes through the hook (package logging,
+// kind pin_fallback), which can count or silence it.
 func (a *Allocator) pinFellBack(cause error, fb *Allocator) {
-	if f := a.pinFb.notify.Load(); f != nil && a.pinFb.done.CompareAndSwap(false, true) {
-		(*f)(cause, fb)
+	if a.pinFb.done.CompareAndSwap(false, true) {
+		warn.Emit(warn.PinFallback, "alloc", fmt.Sprintf("%s%v; this and later blocks that cannot be pinned come from %v, unpinned", a.pinFb.from, cause, fb), cause)
 	}
 }
 

@@ -2,11 +2,9 @@ package kmp
 
 import (
 	"errors"
-	"fmt"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
-	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -23,13 +21,8 @@ func InitAllocator(ms MemspaceHandle, ts []AllocTrait) AllocatorHandle {
 		warnf("omp_init_allocator: %v; returning omp_null_allocator", err)
 		return NullAllocator
 	}
-	if a.Traits().Pinned {
-		// OpenMP's fallback hands out unpinned memory without a word; say
-		// it once per allocator.
-		a.NotifyPinFallback(func(cause error, fb *alloc.Allocator) {
-			warn.Emit(warn.PinFallback, "kmp", fmt.Sprintf("omp_alloc: %v; this and later blocks of %v that cannot be pinned come from %v, unpinned", cause, a, fb), cause)
-		})
-	}
+	// A failed pin that sends blocks to the fallback is warned about once
+	// per allocator by alloc itself.
 	return AllocatorHandle(a.Handle())
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -247,8 +246,8 @@ func knownRange(base uintptr, dev int) (start, size uintptr, what string, ok boo
 	if n, err := alloc.BlockSize(cmem.Ptr(base)); err == nil {
 		return base, n, "the allocator block", true
 	}
-	if start, n, ok := heap.Containing(base); ok {
-		return start, n, "the allocator block", true // base is inside it
+	if start, n, ok := alloc.Containing(cmem.Ptr(base)); ok {
+		return uintptr(start), n, "the allocator block", true // base is inside it
 	}
 	d, err := target.Get(dev)
 	if err != nil {

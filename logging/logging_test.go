@@ -159,7 +159,7 @@ func TestHookReceivesEveryKind(t *testing.T) {
 		logging.KindEnv:         {[]string{"alloc", "target"}, nil, "OMP_ALLOCATOR"},
 		logging.KindBadInput:    {[]string{"kmp"}, nil, "omp_destroy_allocator"},
 		logging.KindLiveBlocks:  {[]string{"alloc"}, alloc.ErrLiveBlocks, "1 block (64 bytes)"},
-		logging.KindPinFallback: {[]string{"kmp"}, alloc.ErrPinFailed, "unpinned"},
+		logging.KindPinFallback: {[]string{"alloc"}, alloc.ErrPinFailed, "unpinned"},
 		logging.KindUnfreed:     {[]string{"alloc"}, nil, "Buffer[float64]"},
 	}
 	if !errors.Is(err, alloc.ErrPinFailed) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -88,7 +89,7 @@ func (b Baseline) Consistent() error {
 // overlap, but two may share a page).
 func lockedPages(d *target.Device) uintptr {
 	pg := uintptr(os.Getpagesize())
-	tlb := alloc.HugeTLBRanges()
+	tlb := hooks.HugeTLBRanges()
 	inTLB := func(p uintptr) bool {
 		for _, r := range tlb {
 			if r.Start <= p && p < r.Start+r.Size {

@@ -38,6 +38,8 @@ Measures, on this machine, what deciding whether to pin needs:
                 cuMemcpy*Async on a stream): the others show ours/peak
   small_copy    with a GPU: submit+synchronize latency of small copies on a
                 queue, with and without the pinned staging pool
+  device_alloc  with a GPU: alloc+free of 1 MiB of device memory through
+                the device's caching pool and through the driver
 Each case runs --repeat times (default 3), each run for about --time; the
 figure is the median run, with the fastest and slowest beside it. The
 default run measures every group at a few sizes, 40 ms per run: 10-20 s
@@ -88,7 +90,7 @@ type BenchDevice struct {
 
 // BenchResult is one measured case.
 type BenchResult struct {
-	Group      string  `json:"group"`  // alloc_free, lock_size, lock_regions, h2d, d2h, small_copy
+	Group      string  `json:"group"`  // alloc_free, lock_size, lock_regions, h2d, d2h, small_copy, device_alloc
 	Series     string  `json:"series"` // the line of the chart: "pinned", "pageable", ...
 	SizeBytes  int64   `json:"size_bytes,omitempty"`
 	Regions    int64   `json:"regions,omitempty"`
@@ -321,9 +323,9 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name, NUMANode: in.NUMANode}
-		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu))
+		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu), deviceAllocSection(gpu))
 	} else {
-		for _, g := range []string{"h2d", "d2h", "small_copy"} {
+		for _, g := range []string{"h2d", "d2h", "small_copy", "device_alloc"} {
 			rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})
 		}
 	}

@@ -31,6 +31,7 @@ var groups = []groupInfo{
 	{name: "h2d", title: "host→device copy bandwidth (in parentheses: of the driver peak, same size, this run)", bandwidth: true},
 	{name: "d2h", title: "device→host copy bandwidth (in parentheses: of the driver peak)", bandwidth: true},
 	{name: "small_copy", title: "small host→device copy on a queue: submit + synchronize"},
+	{name: "device_alloc", title: "device alloc+free of 1 MiB: the device's caching pool against the driver (cuMemAlloc+cuMemFree)"},
 }
 
 // grid arranges a group's results by x (size or regions) and series.

@@ -75,6 +75,8 @@
 //	              cuMemcpy*Async on a stream of its own; the others show ours/peak
 //	small_copy    with a GPU: submit on a queue + synchronize, 64 B .. 64 KiB, staged
 //	              through the pinned staging pool, unstaged, and from pinned memory
+//	device_alloc  with a GPU: alloc+free of 1 MiB of device memory through the
+//	              device's caching pool (PoolAlloc/PoolFree) and through the driver
 //
 // --sizes replaces the sizes of every group (small_copy keeps those up to
 // 64 KiB); --regions the region counts; --device N picks the device of the

@@ -92,6 +92,9 @@ func TestFakeGPU(t *testing.T) {
 		"lock_size/device 0 (cuda)"} {
 		require.Equal(t, 2, count[s], s)
 	}
+	for _, s := range []string{"device_alloc/pool", "device_alloc/driver"} { // 1 MiB only
+		require.Equal(t, 1, count[s], s)
+	}
 	require.Len(t, rep.Goals, 2)
 	require.Equal(t, goalUnmeasured, rep.Goals[0].Status, "no size of 64 MiB or more: %+v", rep.Goals[0])
 	require.Contains(t, []string{goalMet, goalMissed}, rep.Goals[1].Status, "%+v", rep.Goals[1])

@@ -367,7 +367,7 @@ func TestBenchJSON(t *testing.T) {
 	require.Equal(t, 1, series["pin_huge/4k"])
 	require.Equal(t, 1, series["pin_huge/thp"])
 	if rep.Device == nil {
-		require.Len(t, skipped, 3, "h2d, d2h and small_copy are skipped without an accelerator")
+		require.Len(t, skipped, 4, "h2d, d2h, small_copy and device_alloc are skipped without an accelerator")
 		require.Zero(t, count["h2d"])
 	} else {
 		require.Equal(t, 3*2, count["h2d"])

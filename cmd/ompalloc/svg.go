@@ -274,6 +274,8 @@ func benchPanels(rep *BenchReport) (out []panel, notes []string) {
 		[]string{"h2d", "d2h"}, map[string]string{"h2d": "H2D ", "d2h": "D2H "}, true)
 	add(panel{Title: "small copy on a queue: submit + synchronize" + dev, XLabel: "copy size", YLabel: "latency", XKind: axisBytes, YKind: axisTime},
 		[]string{"small_copy"}, nil, false)
+	add(panel{Title: "device alloc + free, pool vs driver" + dev, XLabel: "block size", YLabel: "time per pair", XKind: axisBytes, YKind: axisTime},
+		[]string{"device_alloc"}, nil, false)
 
 	why := map[string]string{}
 	for _, s := range rep.Skipped {

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"time"
+
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// devAllocSize is the block of the device_alloc group: 1 MiB, a typical
+// tensor, the size the comparison names.
+const devAllocSize = 1 << 20
+
+// deviceAllocSection measures device alloc+free of 1 MiB through the
+// device's caching pool (target.Device.PoolAlloc/PoolFree) against the
+// driver's own (Device.Alloc/Free: cuMemAlloc+cuMemFree, which may
+// synchronize the device; hsa_amd_memory_pool_allocate+free), in one run.
+func deviceAllocSection(d *target.Device) *benchSection {
+	s := &benchSection{}
+	s.teardown = func() { d.TrimPool(0) }
+	for _, series := range []string{"pool", "driver"} {
+		s.cases = append(s.cases, &benchCase{group: "device_alloc", series: series, size: devAllocSize,
+			run: func(budget time.Duration) (float64, int, error) {
+				return measure(budget, func(n int) error {
+					for range n {
+						if series == "pool" {
+							p, err := d.PoolAlloc(devAllocSize, nil)
+							if err != nil {
+								return err
+							}
+							if err := d.PoolFree(p, nil); err != nil {
+								return err
+							}
+							continue
+						}
+						p, err := d.Alloc(plugin.MemDevice, devAllocSize)
+						if err != nil {
+							return err
+						}
+						if err := d.Free(plugin.MemDevice, p); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}})
+	}
+	return s
+}

@@ -51,6 +51,11 @@ func TestPlacementOnFixtures(t *testing.T) {
 			HighBw:   {[]int{2}, true, HighBw, "high-bandwidth memory on NUMA nodes 2"},
 			LargeCap: {[]int{3}, true, LargeCap, "capacity memory on NUMA nodes 3"},
 		},
+		"qemu-tiers": {
+			Default:  {[]int{0, 1, 2, 3}, false, Default, "host memory"},
+			HighBw:   {[]int{0, 1, 2, 3}, false, Default, "default host memory"},
+			LargeCap: {[]int{3}, true, LargeCap, "capacity memory on NUMA nodes 3"},
+		},
 		"none": {
 			Default: {[]int{0}, false, Default, "host memory"},
 			HighBw:  {[]int{0}, false, Default, "default host memory"},

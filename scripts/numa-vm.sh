@@ -27,10 +27,14 @@
 #                    test; of cmd/ompalloc, its info and placement tests)
 #   NUMA_VM_KERNEL   a bzImage to boot instead of Debian's package
 #   NUMA_VM_APPEND   extra kernel arguments
-#   NUMA_VM_TOPOLOGY hmat (default, above) or nohmat (the same nodes without
+#   NUMA_VM_TOPOLOGY hmat (default, above); nohmat (the same nodes without
 #                    HMAT: internal/numa then classifies by memory tier
 #                    alone, and 6.1 puts every node in one tier, so there
-#                    high_bw and large_cap are default memory)
+#                    high_bw and large_cap are default memory); or tiers
+#                    (no HMAT; node 3's memory is soft-reserved at boot,
+#                    memmap=%, and onlined through dax_hmem and kmem, which
+#                    put it in the kernel's slower dax tier: the memory-tier
+#                    path of internal/numa, as CXL memory gets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -117,6 +121,16 @@ for lib in $(ldd "$rootfs/bin/ompalloc" | grep -o '/[^ ]*'); do
 done
 build_s=$((SECONDS - start))
 
+# tiers: the dax modules (the kernel's own; no depmod needed: they depend
+# on nothing that is a module).
+if [[ $TOPO == tiers ]]; then
+	mods=$(dirname "$kernel")/../lib/modules/$kver/kernel/drivers/dax
+	mkdir -p "$rootfs/mod"
+	for m in device_dax.ko hmem/dax_hmem.ko kmem.ko; do
+		cp "$mods/$m" "$rootfs/mod/" 2>/dev/null || die "no $m in the kernel package (NUMA_VM_TOPOLOGY=tiers needs Debian's)"
+	done
+fi
+
 cat >"$rootfs/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -127,6 +141,20 @@ mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
 ulimit -l unlimited
 say() { echo "NUMAVM $*"; }
+# tiers: node 3's soft-reserved memory, a dax device (dax_hmem), becomes
+# system RAM (kmem) in the kernel's dax memory tier, as daxctl
+# reconfigure-device --mode=system-ram does.
+if grep -q 'numavm.tiers' /proc/cmdline; then
+	for m in device_dax dax_hmem kmem; do insmod /mod/$m.ko || say "insmod $m failed"; done
+	for d in $(ls /sys/bus/dax/devices 2>/dev/null); do
+		echo $d >/sys/bus/dax/drivers/device_dax/unbind
+		echo $d >/sys/bus/dax/drivers/kmem/new_id
+		say "tiers: $d (node $(cat /sys/bus/dax/devices/$d/target_node)) onlined through kmem"
+	done
+	for b in /sys/devices/system/memory/memory*/state; do
+		[ "$(cat $b)" = offline ] && echo online_movable >$b
+	done
+fi
 # What the kernel says, for the log: nodes, tiers, HMAT, the PCI device.
 for n in /sys/devices/system/node/node[0-9]*; do
 	a=$n/access0/initiators
@@ -179,9 +207,12 @@ mem=(-object memory-backend-ram,id=m0,size=1G -object memory-backend-ram,id=m1,s
 numa=(-numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3,memdev=m1)
 append="console=ttyS0 panic=-1 mitigations=off numa_balancing=disable quiet rdinit=/init"
 mem+=(-object memory-backend-ram,id=m3,size=1G)
-if [[ $TOPO == nohmat ]]; then
+if [[ $TOPO == nohmat || $TOPO == tiers ]]; then
 	numa+=(-numa node,nodeid=2,memdev=m2 -numa node,nodeid=3,memdev=m3)
 	machine=q35
+	# q35 with 4 GiB: nodes 0 and 1 below 2 GiB, nodes 2 and 3 at 4-5 and
+	# 5-6 GiB; node 3's range soft-reserved (E820_TYPE_SOFT_RESERVED).
+	[[ $TOPO == tiers ]] && append+=" memmap=1G%0x140000000-1+0xefffffff memhp_default_state=online_movable numavm.tiers"
 else
 	numa+=(-numa node,nodeid=2,memdev=m2,initiator=0 -numa node,nodeid=3,memdev=m3,initiator=1)
 	machine=q35,hmat=on

@@ -105,6 +105,15 @@ func TestReadFixtures(t *testing.T) {
 			hugeSizes: []uint64{2 << 20, 1 << 30}, thp: "always",
 			highBw: []int{2}, largeCap: []int{3},
 		},
+		// The same guest without HMAT, node 3's memory onlined through
+		// dax_hmem and kmem (NUMA_VM_TOPOLOGY=tiers): the kernel's dax tier.
+		"qemu-tiers": {
+			ids: []int{0, 1, 2, 3}, cpus: map[int]int{0: 2, 1: 2, 2: 0, 3: 0}, memOnly: []int{2, 3},
+			dist:      [][3]int{{0, 1, 21}, {1, 3, 14}},
+			tiers:     map[int]int{0: 4, 1: 4, 2: 4, 3: 22},
+			hugeSizes: []uint64{2 << 20, 1 << 30}, thp: "always",
+			largeCap: []int{3},
+		},
 		"single": {
 			ids: []int{0}, cpus: map[int]int{0: 2}, dist: [][3]int{{0, 0, 10}},
 			tiers: map[int]int{0: 4}, hugeSizes: []uint64{2 << 20, 1 << 30}, thp: "madvise",
@@ -267,4 +276,17 @@ func TestReadGuestSysfs(t *testing.T) {
 	n, ok := numa.PCINode(root, "0000:81:00.0")
 	require.True(t, ok)
 	require.Equal(t, 1, n, "the PCIe device behind node 1's host bridge")
+}
+
+// TestReadGuestTiers: on the guest whose kernel built a slower tier (dax
+// memory through kmem, no HMAT), large_cap is decided by the memory tier.
+func TestReadGuestTiers(t *testing.T) {
+	top := numa.Read("testdata/qemu-tiers")
+	for _, n := range top.Nodes {
+		require.Nil(t, n.Access, "node %d: no HMAT in this guest", n.ID)
+	}
+	tr := top.Tiers()
+	require.Equal(t, []int{3}, tr.LargeCap)
+	require.Contains(t, tr.LargeCapWhy, "node 3: memory-only, memory tier 22, slower than the CPU nodes' tier 4")
+	require.Nil(t, tr.HighBw, "node 2 sits in the CPU nodes' tier")
 }

@@ -43,7 +43,7 @@ VERBOSE=0
 if [[ ${1:-} == -v ]]; then VERBOSE=1; shift; fi
 PKGS=("$@")
 ((${#PKGS[@]})) || PKGS=(internal/numa memspace alloc kmp cmd/ompalloc)
-CACHE=${NUMA_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ompalloc/numa-vm}
+CACHE=${NUMA_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ompalloc/numa-vm}
 TIMEOUT=${NUMA_VM_TIMEOUT:-900}
 TOPO=${NUMA_VM_TOPOLOGY:-hmat}
 

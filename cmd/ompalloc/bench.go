@@ -44,8 +44,8 @@ Each case runs --repeat times (default 3), each run for about --time; the
 figure is the median run, with the fastest and slowest beside it. The
 default run measures every group at a few sizes, 40 ms per run: 10-20 s
 without a GPU. --full measures every group at every power of 4 (transfers
-up to 1 GiB, pin_huge 1 GiB), 200 ms per run: a few minutes; the README's
-figures come from it. A table is printed at the end (JSON with --json),
+up to 1 GiB, pin_huge 1 GiB), 200 ms per run: about 1.5 minutes, a minute
+more with a GPU; the README's figures come from it. A table is printed at the end (JSON with --json),
 then the transfer goals, met or missed; --svg also draws every group as a
 chart, with error bars from the slowest to the fastest run. Progress goes
 to stderr: a bar on a terminal, else one line per case (--quiet: none).

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -69,4 +70,48 @@ func TestTrimPinnedPool(t *testing.T) {
 	require.NotZero(t, a.TrimPool(), "the allocator's pool: its device's pinned pool")
 	st, _ = PinnedPool(host.ID)
 	require.Zero(t, st.Retained)
+}
+
+// wrapped is the kind of value a library holds: an Interface that is not
+// an *Allocator (here it wraps one, counting calls).
+type wrapped struct {
+	Interface
+	frees int
+}
+
+func (w *wrapped) Free(p unsafe.Pointer) error { w.frees++; return w.Interface.Free(p) }
+
+// NewArrowAllocator takes any Interface: blocks are 64-byte aligned and
+// zeroed, Reallocate keeps the bytes, AllocatedBytes counts, and a slice
+// it did not hand out is refused.
+func TestArrowAllocatorOverAnInterface(t *testing.T) {
+	a, err := New(memspace.Default)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Destroy()) })
+	w := &wrapped{Interface: a}
+	mem := NewArrowAllocator(w)
+	x := mem.Allocate(1000)
+	require.Zero(t, uintptr(unsafe.Pointer(&x[0]))%ByteAlignment)
+	require.Equal(t, make([]byte, 1000), x)
+	for i := range x {
+		x[i] = byte(i)
+	}
+	require.Equal(t, int64(1000), mem.AllocatedBytes())
+	x = mem.Reallocate(5000, x)
+	require.Equal(t, byte(999%256), x[999])
+	require.Equal(t, make([]byte, 4000), x[1000:], "the grown part is zero")
+	require.Equal(t, int64(5000), mem.AllocatedBytes())
+	require.Equal(t, 1, w.frees, "the old block went back through the interface")
+
+	foreign := NewArrowAllocator(a).Allocate(10)
+	err = recovered(t, func() { mem.Free(foreign) })
+	require.ErrorIs(t, err, ErrInvalidPointer)
+	NewArrowAllocator(a).Free(foreign)
+
+	mem.Free(x[:0])
+	require.Zero(t, mem.AllocatedBytes())
+	require.Equal(t, 2, w.frees)
+	require.Zero(t, a.Stats().BlocksLive)
+	var none *Allocator
+	require.NotPanics(t, func() { NewArrowAllocator(none).Free(NewArrowAllocator(none).Allocate(8)) }, "a nil *Allocator is the default")
 }

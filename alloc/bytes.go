@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -40,17 +41,30 @@ const ByteAlignment = 64
 type ArrowAllocator struct {
 	a *Allocator
 	n *atomic.Int64 // bytes allocated through this value and its copies, not freed
+
+	// other is an Interface that is not an *Allocator (a library's
+	// wrapper, say), with the size of every block handed out through it.
+	other Interface
+	sizes *sync.Map // unsafe.Pointer → int
 }
 
-// NewArrowAllocator returns a's Arrow allocator; nil means the default allocator (as it
-// is now: a later SetDefault does not change the result). Device memory
-// that the host cannot touch (TargetDevice on a GPU) cannot back a []byte:
-// Allocate panics with ErrNotSupported.
-func NewArrowAllocator(a *Allocator) ArrowAllocator {
-	if a == nil {
-		a = Default()
+// NewArrowAllocator returns a's Arrow allocator; nil means the default
+// allocator (as it is now: a later SetDefault does not change the
+// result). a may be any Interface a library holds: an *Allocator is used
+// directly; another implementation is asked for 64-byte aligned blocks
+// (AlignedAlloc, zeroed here) and given them back with Free, the Arrow
+// allocator keeping each block's size. Device memory that the host cannot
+// touch (TargetDevice on a GPU) cannot back a []byte: Allocate panics with
+// ErrNotSupported.
+func NewArrowAllocator(a Interface) ArrowAllocator {
+	al, ok := a.(*Allocator)
+	switch {
+	case a == nil || (ok && al == nil):
+		al = Default()
+	case !ok:
+		return ArrowAllocator{n: new(atomic.Int64), other: a, sizes: new(sync.Map)}
 	}
-	return ArrowAllocator{a: a, n: new(atomic.Int64)}
+	return ArrowAllocator{a: al, n: new(atomic.Int64)}
 }
 
 // AllocatedBytes is the number of bytes this Arrow allocator (and its
@@ -79,6 +93,9 @@ func (b ArrowAllocator) Allocate(size int) []byte {
 	if size == 0 {
 		return []byte{}
 	}
+	if b.other != nil {
+		return b.allocateOther(size)
+	}
 	p, err := b.a.AlignedCalloc(ByteAlignment, uintptr(size), 1)
 	if err == nil && p == nil {
 		err = fmt.Errorf("%w: %v returned no memory", ErrNotSupported, b.a)
@@ -104,6 +121,13 @@ func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 	if size == 0 {
 		b.Free(buf)
 		return []byte{}
+	}
+	if b.other != nil {
+		old := b.sizeOther(buf, "Reallocate", size)
+		nb := b.allocateOther(size)
+		copy(nb, unsafe.Slice(unsafe.SliceData(buf), min(old, size)))
+		b.Free(buf)
+		return nb
 	}
 	p := unsafe.Pointer(unsafe.SliceData(buf))
 	info, err := b.owned(buf, "Reallocate")
@@ -137,6 +161,16 @@ func (b ArrowAllocator) Free(buf []byte) {
 	if cap(buf) == 0 {
 		return
 	}
+	if b.other != nil {
+		p := unsafe.Pointer(unsafe.SliceData(buf))
+		old := b.sizeOther(buf, "Free", len(buf))
+		if err := b.other.Free(p); err != nil {
+			panic(b.fail("Free", len(buf), err))
+		}
+		b.sizes.Delete(p)
+		b.add(-int64(old))
+		return
+	}
 	info, err := b.owned(buf, "Free")
 	if err != nil {
 		panic(b.fail("Free", len(buf), err))
@@ -160,5 +194,35 @@ func (b ArrowAllocator) owned(buf []byte, op string) (BlockInfo, error) {
 }
 
 func (b ArrowAllocator) fail(op string, size int, err error) error {
-	return fmt.Errorf("ompalloc: alloc: ArrowAllocator(%v).%s(%d): %w", b.a, op, size, err)
+	var who any = b.a
+	if b.other != nil {
+		who = b.other
+	}
+	return fmt.Errorf("ompalloc: alloc: ArrowAllocator(%v).%s(%d): %w", who, op, size, err)
+}
+
+// allocateOther is Allocate through an Interface that is not an *Allocator.
+func (b ArrowAllocator) allocateOther(size int) []byte {
+	p, err := b.other.AlignedAlloc(ByteAlignment, uintptr(size))
+	if err == nil && p == nil {
+		err = fmt.Errorf("%w: %v returned no memory", ErrOutOfMemory, b.other)
+	}
+	if err != nil {
+		panic(b.fail("Allocate", size, err))
+	}
+	buf := unsafe.Slice((*byte)(p), size)
+	clear(buf)
+	b.sizes.Store(p, size)
+	b.add(int64(size))
+	return buf
+}
+
+// sizeOther is the size of a block handed out through other; anything else
+// panics with ErrInvalidPointer.
+func (b ArrowAllocator) sizeOther(buf []byte, op string, size int) int {
+	v, ok := b.sizes.Load(unsafe.Pointer(unsafe.SliceData(buf)))
+	if !ok {
+		panic(b.fail(op, size, fmt.Errorf("%w: %p was not allocated by this Arrow allocator", ErrInvalidPointer, unsafe.SliceData(buf))))
+	}
+	return v.(int)
 }

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -76,7 +77,7 @@ func freeAfterUse(p unsafe.Pointer) (deferred bool, err error) {
 	if !markDeferred(p) {
 		return true, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
 	}
-	if target.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
+	if hooks.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
 		return true, nil
 	}
 	unmarkDeferred(p)

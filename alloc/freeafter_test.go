@@ -11,6 +11,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
@@ -177,7 +178,7 @@ func TestFreeAfterChild(t *testing.T) {
 	require.NoError(t, target.Shutdown())
 	require.Zero(t, deferredFrees.Load())
 	require.Zero(t, deferredFailures.Load())
-	require.False(t, target.HostInUse())
+	require.Zero(t, hooks.HostUses.Load())
 }
 
 // TestFreeAfterCrossDevice runs TestFreeAfterCrossDeviceChild with two fake

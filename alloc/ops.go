@@ -8,8 +8,8 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
-	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -287,7 +287,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	if p == nil {
 		return nil
 	}
-	if mayDefer && (deferredFrees.Load() > 0 || target.HostInUse()) {
+	if mayDefer && (deferredFrees.Load() > 0 || hooks.HostUses.Load() > 0) {
 		// A queued copy may still read or write the block (FreeAfter).
 		if deferred, err := freeAfterUse(p); deferred || err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
@@ -41,7 +42,7 @@ var (
 
 // Shutdown of the devices must not pull locked chunks from under the pinned
 // heaps: first give back the idle ones; target refuses while any stay held.
-func init() { target.BeforeShutdown(trimPinned) }
+func init() { hooks.BeforeShutdown(trimPinned) }
 
 func pinDevice(set traits.Set) (int, error) {
 	if set.PinDevice >= 0 {
@@ -172,7 +173,7 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 		}
 		placeNearDevice(p, n, node) // before locking faults the pages in (numa.go)
 		start := time.Now()
-		_, err = d.HoldMem(p, lockN, s.name)
+		_, err = hooks.HoldMem(d.ID, p, lockN, s.name)
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
@@ -208,7 +209,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 		if uerr = fault.Check(fault.PinUnlock); uerr != nil {
 			uerr = fmt.Errorf("%w: %w", uerr, pinned.ErrStillLocked)
 		} else {
-			locks, mapped, uerr = d.ReleaseMem(p)
+			locks, mapped, uerr = hooks.ReleaseMem(d.ID, p)
 		}
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())

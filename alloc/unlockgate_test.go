@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -62,9 +63,9 @@ func fakeGate(t *testing.T, plug string) gateHooks {
 			if closed {
 				c = 1
 			}
-			loader.Call(set, uintptr(unsafe.Pointer(&name[0])), c)
+			dlcall.Call(set, uintptr(unsafe.Pointer(&name[0])), c)
 		},
-		waiting: func() int { return int(int32(loader.Call(cnt, uintptr(unsafe.Pointer(&gated[0]))))) },
+		waiting: func() int { return int(int32(dlcall.Call(cnt, uintptr(unsafe.Pointer(&gated[0]))))) },
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 )
 
@@ -84,7 +85,7 @@ func TestSym(t *testing.T) {
 	p, err := lib.Sym("getpid")
 	require.NoError(t, err)
 	require.NotZero(t, p)
-	require.Equal(t, uintptr(os.Getpid()), Call(p), "Call runs the function")
+	require.Equal(t, uintptr(os.Getpid()), dlcall.Call(p), "Call runs the function")
 
 	_, err = lib.Sym("ompalloc_no_such_symbol")
 	require.ErrorIs(t, err, ErrSymbolMissing)
@@ -187,5 +188,5 @@ func TestCallPointerArgument(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Unmap(p, 4096)
 	copy(cmem.Bytes(p, 6), "hello\x00")
-	require.Equal(t, uintptr(5), Call(strlen, p))
+	require.Equal(t, uintptr(5), dlcall.Call(strlen, p))
 }

@@ -79,9 +79,6 @@ func (d *Device) Plugin() string { return d.plugin }
 // or allocated by it as host-pinned memory.
 func (d *Device) Registry() *pinned.Registry { return d.reg }
 
-// Impl is the vendor part of the device.
-func (d *Device) Impl() plugin.Impl { return d.impl }
-
 // StagingStats reports what the device's staging pool did.
 func (d *Device) StagingStats() StagingStats { return d.pool.snapshot() }
 

@@ -149,7 +149,7 @@ func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugi
 // unusable afterwards; the next call of this package discovers anew.
 //
 // Memory held for live pinned blocks (HoldMem) cannot be given up behind
-// its owner's back: after the BeforeShutdown hooks ran (alloc releases its
+// its owner's back: after the shutdown hooks ran (alloc releases its
 // idle pinned chunks), any device still holding some makes Shutdown refuse
 // with ErrBusy and change nothing. Ranges locked with LockMem are unlocked
 // with their device, and forgotten: the devices discovered next start with

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
@@ -105,7 +106,7 @@ func TestFakeDriversChild(t *testing.T) {
 		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")
 		lockCalls := func() uintptr {
 			b := append([]byte("lock_calls"), 0)
-			return loader.Call(count, uintptr(unsafePointer(b)))
+			return dlcall.Call(count, uintptr(unsafePointer(b)))
 		}
 		d2, _ := Get(2)
 		d3, _ := Get(3)
@@ -161,7 +162,7 @@ func TestFakeDriversChild(t *testing.T) {
 		count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")
 		copies := func() uintptr {
 			b := append([]byte("copies"), 0)
-			return loader.Call(count, uintptr(unsafePointer(b)))
+			return dlcall.Call(count, uintptr(unsafePointer(b)))
 		}
 		d2, _ := Get(2)
 		d3, _ := Get(3)
@@ -182,13 +183,13 @@ func TestFakeDriversChild(t *testing.T) {
 
 	require.NoError(t, Shutdown())
 	live := hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_live")
-	require.Zero(t, loader.Call(live, 2), "CUDA host allocations (staging buffers) left")
-	require.Zero(t, loader.Call(live, 3), "CUDA registrations left")
-	require.Zero(t, loader.Call(live, 4), "CUDA streams left")
+	require.Zero(t, dlcall.Call(live, 2), "CUDA host allocations (staging buffers) left")
+	require.Zero(t, dlcall.Call(live, 3), "CUDA registrations left")
+	require.Zero(t, dlcall.Call(live, 4), "CUDA streams left")
 	count := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_count")
 	for _, what := range []string{"allocs", "locks", "pending"} {
 		b := append([]byte(what), 0)
-		require.Zero(t, loader.Call(count, uintptr(unsafePointer(b))), "HSA %s left", what)
+		require.Zero(t, dlcall.Call(count, uintptr(unsafePointer(b))), "HSA %s left", what)
 	}
 }
 

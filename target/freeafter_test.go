@@ -27,15 +27,15 @@ func TestFreeAfterUse(t *testing.T) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 
-	require.False(t, HostInUse())
+	require.False(t, hostInUse())
 	f.holdWork()
 	require.NoError(t, d.Submit(dev, h+100, 1000, q), "pinned path, in flight")
-	require.True(t, HostInUse())
+	require.True(t, hostInUse())
 	var freed atomic.Int32
-	require.False(t, FreeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
+	require.False(t, freeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
 	other := hostMem(t, n)
-	require.False(t, FreeAfterUse(other, n, func() { freed.Add(100) }), "not in a registry: no pinned copy can use it")
-	require.True(t, FreeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
+	require.False(t, freeAfterUse(other, n, func() { freed.Add(100) }), "not in a registry: no pinned copy can use it")
+	require.True(t, freeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
 	done, err := q.Query()
 	require.NoError(t, err)
 	require.False(t, done)
@@ -43,17 +43,17 @@ func TestFreeAfterUse(t *testing.T) {
 	f.release()
 	require.NoError(t, q.Synchronize())
 	require.Equal(t, int32(1), freed.Load(), "once, after the copy")
-	require.False(t, HostInUse())
-	require.False(t, FreeAfterUse(h, n, func() { freed.Add(100) }))
+	require.False(t, hostInUse())
+	require.False(t, freeAfterUse(h, n, func() { freed.Add(100) }))
 
 	// Retrieve into pinned memory is tracked too, and Close releases.
 	f.holdWork()
 	require.NoError(t, d.Retrieve(h, dev, n, q))
-	require.True(t, FreeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
+	require.True(t, freeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
 	f.release()
 	require.NoError(t, q.Close())
 	require.Equal(t, int32(2), freed.Load())
-	require.False(t, HostInUse())
+	require.False(t, hostInUse())
 }
 
 // Queue.FreeAfter runs its function once the work issued before it is done,
@@ -193,13 +193,13 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 			f1.holdWork()
 			defer f1.release()
 			require.NoError(t, tc.copy())
-			require.True(t, HostInUse(), "the copy on device 1 uses memory device 0 pinned")
-			require.True(t, FreeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
+			require.True(t, hostInUse(), "the copy on device 1 uses memory device 0 pinned")
+			require.True(t, freeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
 			require.Zero(t, freed.Load())
 			f1.release()
 			require.NoError(t, q.Synchronize())
 			require.Equal(t, int32(1), freed.Load())
-			require.False(t, HostInUse())
+			require.False(t, hostInUse())
 		})
 	}
 
@@ -207,7 +207,7 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 	other := hostMem(t, n)
 	f1.holdWork()
 	require.NoError(t, d1.Retrieve(other, dev, n, q))
-	require.False(t, HostInUse())
+	require.False(t, hostInUse())
 	f1.release()
 	require.NoError(t, q.Synchronize())
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/ompalloc/ompalloc/internal/hooks"
 )
 
 // ErrBusy: Shutdown refused because pinned heaps still hold locked chunks
@@ -20,9 +22,10 @@ var (
 	shutdownHooks []func()
 )
 
-// BeforeShutdown registers f to run at the start of every Shutdown, before
-// it checks for held memory: alloc gives back its idle pinned chunks there.
-func BeforeShutdown(f func()) {
+// beforeShutdown registers f to run at the start of every Shutdown, before
+// it checks for held memory: alloc gives back its idle pinned chunks there
+// (through internal/hooks).
+func beforeShutdown(f func()) {
 	hookMu.Lock()
 	defer hookMu.Unlock()
 	shutdownHooks = append(shutdownHooks, f)
@@ -37,11 +40,37 @@ func runShutdownHooks() {
 	}
 }
 
-// HoldMem page-locks [p, p+n), memory the caller mapped for itself, for d,
-// with a reference only ReleaseMem drops (pinned.Registry.Hold): a user's
+func init() {
+	hooks.BeforeShutdown = beforeShutdown
+	hooks.HoldMem = func(dev int, p, n uintptr, owner string) (uintptr, error) {
+		d, err := Get(dev)
+		if err != nil {
+			return 0, err
+		}
+		return d.holdMem(p, n, owner)
+	}
+	hooks.ReleaseMem = func(dev int, p uintptr) (int, int, error) {
+		d, err := Get(dev)
+		if err != nil {
+			return 0, 0, err
+		}
+		return d.releaseMem(p)
+	}
+	hooks.FreeAfterUse = freeAfterUse
+	hooks.DeviceImpl = func(dev int) any {
+		d, err := Get(dev)
+		if err != nil {
+			return nil
+		}
+		return d.impl
+	}
+}
+
+// holdMem page-locks [p, p+n), memory the caller mapped for itself, for d,
+// with a reference only releaseMem drops (pinned.Registry.Hold): a user's
 // UnlockMem can never unlock it, and errors about it name owner. The pinned
-// heaps hold their chunks this way.
-func (d *Device) HoldMem(p, n uintptr, owner string) (uintptr, error) {
+// heaps (alloc, through internal/hooks) hold their chunks this way.
+func (d *Device) holdMem(p, n uintptr, owner string) (uintptr, error) {
 	holdMu.RLock()
 	defer holdMu.RUnlock()
 	if err := d.usable(); err != nil {
@@ -54,9 +83,9 @@ func (d *Device) HoldMem(p, n uintptr, owner string) (uintptr, error) {
 	return dev, nil
 }
 
-// ReleaseMem unlocks what HoldMem locked at p, dropping any LockMem and
+// releaseMem unlocks what holdMem locked at p, dropping any LockMem and
 // mapped references still inside it; it reports how many there were.
-func (d *Device) ReleaseMem(p uintptr) (locks, mapped int, err error) {
+func (d *Device) releaseMem(p uintptr) (locks, mapped int, err error) {
 	if err := d.usable(); err != nil {
 		return 0, 0, err
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -42,7 +42,7 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	lib := os.Getenv("OMPALLOC_CUDA_LIBRARY")
 	calls := func(name string) int {
 		b := append([]byte(name), 0)
-		return int(loader.Call(hook(t, lib, "fakecuda_calls"), uintptr(unsafePointer(b))))
+		return int(dlcall.Call(hook(t, lib, "fakecuda_calls"), uintptr(unsafePointer(b))))
 	}
 	require.Equal(t, 2, NumDevices())
 	d0, _ := Get(0)

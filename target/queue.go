@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -52,9 +53,9 @@ type hostRange struct{ p, n uintptr }
 
 func (r hostRange) overlaps(p, n uintptr) bool { return r.n != 0 && p < r.p+r.n && r.p < p+n }
 
-// hostUses counts the pending host ranges of all queues: while it is 0, a
+// hostUses (internal/hooks.HostUses, which alloc reads) counts the pending host ranges of all queues: while it is 0, a
 // free need not look for copies in flight (one atomic load).
-var hostUses atomic.Int64
+var hostUses = &hooks.HostUses
 
 // NewQueue creates a queue on d.
 func (d *Device) NewQueue() (*Queue, error) {
@@ -274,19 +275,19 @@ func (q *Queue) FreeAfter(free func()) error {
 	return nil
 }
 
-// HostInUse reports whether a copy on some queue may still read or write
-// host memory: while it is false, a free need not call FreeAfterUse. It is
+// hostInUse reports whether a copy on some queue may still read or write
+// host memory: while it is false, a free need not call freeAfterUse. It is
 // one atomic load.
-func HostInUse() bool { return hostUses.Load() > 0 }
+func hostInUse() bool { return hostUses.Load() > 0 }
 
-// FreeAfterUse arranges for free to run once every copy issued so far on
+// freeAfterUse (internal/hooks.FreeAfterUse, for alloc) arranges for free to run once every copy issued so far on
 // any queue whose host side overlaps [p, p+n) (the one-step pinned path,
 // which reads or writes that memory late) has completed, and reports true;
 // it reports false, and does not run free, when no such copy is in flight,
 // so that the caller frees at once. A queue whose work turns out done is
 // released on the way.
-func FreeAfterUse(p, n uintptr, free func()) bool {
-	if n == 0 || !HostInUse() {
+func freeAfterUse(p, n uintptr, free func()) bool {
+	if n == 0 || !hostInUse() {
 		return false
 	}
 	w := current.Load()

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -317,8 +317,8 @@ func tensorPin(t *testing.T) {
 	lock := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "hsa_amd_memory_lock")
 	unlock := hook(t, os.Getenv("OMPALLOC_HSA_LIBRARY"), "hsa_amd_memory_unlock")
 	var agentPtr uintptr
-	require.Zero(t, loader.Call(lock, uintptr(unsafe.Pointer(&ys[0])), uintptr(len(ys)), 0, 0, uintptr(unsafe.Pointer(&agentPtr))))
+	require.Zero(t, dlcall.Call(lock, uintptr(unsafe.Pointer(&ys[0])), uintptr(len(ys)), 0, 0, uintptr(unsafe.Pointer(&agentPtr))))
 	require.True(t, IsPinned(ys), "the driver's pointer info says locked")
-	require.Zero(t, loader.Call(unlock, uintptr(unsafe.Pointer(&ys[0]))))
+	require.Zero(t, dlcall.Call(unlock, uintptr(unsafe.Pointer(&ys[0]))))
 	require.False(t, IsPinned(ys))
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -39,7 +39,7 @@ func TestUnavailableDeviceChild(t *testing.T) {
 	}
 	require.Equal(t, 3, NumDevices())
 	refs := func(dev int) int {
-		return int(int32(loader.Call(hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_ctx_refs"), uintptr(dev))))
+		return int(int32(dlcall.Call(hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_ctx_refs"), uintptr(dev))))
 	}
 	for dev := range 3 {
 		require.Zero(t, refs(dev), "discovery made a context on GPU %d", dev)

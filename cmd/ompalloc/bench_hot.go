@@ -18,6 +18,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/loader"
 )
@@ -201,14 +202,14 @@ func bytesPerBlock(series string, size uintptr) (float64, error) {
 			// figure would be too low.
 			return 0, errors.New("libc has no malloc_trim: the figure would count memory an earlier case left")
 		}
-		loader.Call(libcTrim, 0)
+		dlcall.Call(libcTrim, 0)
 		allocate = func() (uintptr, error) {
-			if p := loader.Call(malloc, size); p != 0 {
+			if p := dlcall.Call(malloc, size); p != 0 {
 				return p, nil
 			}
 			return 0, fmt.Errorf("malloc(%d) returned NULL", size)
 		}
-		release = func(p uintptr) error { loader.Call(free, p); return nil }
+		release = func(p uintptr) error { dlcall.Call(free, p); return nil }
 	}
 	debug.FreeOSMemory() // what earlier cases freed leaves the RSS before, not during
 	before, ok := procstatus.VmRSSKiB()
@@ -236,7 +237,7 @@ func bytesPerBlock(series string, size uintptr) (float64, error) {
 	if series == "ompalloc" {
 		alloc.Trim()
 	} else {
-		loader.Call(libcTrim, 0)
+		dlcall.Call(libcTrim, 0)
 	}
 	if err != nil {
 		return 0, err

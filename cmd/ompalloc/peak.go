@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target/cuda"
@@ -60,14 +61,14 @@ func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
 			return nil, err
 		}
 	}
-	if err := p.check("cuDeviceGet", loader.Call(devGet, uintptr(unsafe.Pointer(&p.cudev)), uintptr(ord))); err != nil {
+	if err := p.check("cuDeviceGet", dlcall.Call(devGet, uintptr(unsafe.Pointer(&p.cudev)), uintptr(ord))); err != nil {
 		return nil, err
 	}
-	if err := p.check("cuDevicePrimaryCtxRetain", loader.Call(retain, uintptr(unsafe.Pointer(&p.ctx)), uintptr(p.cudev))); err != nil {
+	if err := p.check("cuDevicePrimaryCtxRetain", dlcall.Call(retain, uintptr(unsafe.Pointer(&p.ctx)), uintptr(p.cudev))); err != nil {
 		return nil, err
 	}
 	err = p.inCtx(func() error {
-		if err := p.check("cuStreamCreate", loader.Call(p.streamCreate, uintptr(unsafe.Pointer(&p.stream)), cuStreamNonBlocking)); err != nil {
+		if err := p.check("cuStreamCreate", dlcall.Call(p.streamCreate, uintptr(unsafe.Pointer(&p.stream)), cuStreamNonBlocking)); err != nil {
 			return err
 		}
 		// cuMemAllocHost gives no address to mbind first: the driver
@@ -78,7 +79,7 @@ func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
 		if node >= 0 && numa.Supported() {
 			restore, _ = numa.SetThreadPolicy(numa.ModePreferred, []int{node})
 		}
-		err := p.check("cuMemAllocHost", loader.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n))
+		err := p.check("cuMemAllocHost", dlcall.Call(p.allocHost, uintptr(unsafe.Pointer(&p.host)), n))
 		if restore != nil {
 			_ = restore()
 		}
@@ -97,12 +98,12 @@ func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
 func (p *cudaPeak) inCtx(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := p.check("cuCtxPushCurrent", loader.Call(p.push, p.ctx)); err != nil {
+	if err := p.check("cuCtxPushCurrent", dlcall.Call(p.push, p.ctx)); err != nil {
 		return err
 	}
 	err := f()
 	var popped uintptr
-	return errors.Join(err, p.check("cuCtxPopCurrent", loader.Call(p.pop, uintptr(unsafe.Pointer(&popped)))))
+	return errors.Join(err, p.check("cuCtxPopCurrent", dlcall.Call(p.pop, uintptr(unsafe.Pointer(&popped)))))
 }
 
 // check names a failed driver call by the driver's own name for the code.
@@ -113,7 +114,7 @@ func (p *cudaPeak) check(call string, r uintptr) error {
 	}
 	name := fmt.Sprintf("CUresult %d", code)
 	var s uintptr
-	if loader.Call(p.errName, uintptr(code), uintptr(unsafe.Pointer(&s))) == 0 && s != 0 {
+	if dlcall.Call(p.errName, uintptr(code), uintptr(unsafe.Pointer(&s))) == 0 && s != 0 {
 		name = cString(s)
 	}
 	return fmt.Errorf("%s: %s", call, name)
@@ -129,12 +130,12 @@ func (p *cudaPeak) copies(group string, dev, size uintptr, k int) error {
 		for range k {
 			var err error
 			if group == "h2d" {
-				err = p.check("cuMemcpyHtoDAsync", loader.Call(p.h2d, dev, p.host, size, p.stream))
+				err = p.check("cuMemcpyHtoDAsync", dlcall.Call(p.h2d, dev, p.host, size, p.stream))
 			} else {
-				err = p.check("cuMemcpyDtoHAsync", loader.Call(p.d2h, p.host, dev, size, p.stream))
+				err = p.check("cuMemcpyDtoHAsync", dlcall.Call(p.d2h, p.host, dev, size, p.stream))
 			}
 			if err == nil {
-				err = p.check("cuStreamSynchronize", loader.Call(p.streamSync, p.stream))
+				err = p.check("cuStreamSynchronize", dlcall.Call(p.streamSync, p.stream))
 			}
 			if err != nil {
 				return err
@@ -152,16 +153,16 @@ func (p *cudaPeak) close() error {
 	err := p.inCtx(func() error {
 		var errs []error
 		if p.stream != 0 {
-			errs = append(errs, p.check("cuStreamDestroy", loader.Call(p.streamDestroy, p.stream)))
+			errs = append(errs, p.check("cuStreamDestroy", dlcall.Call(p.streamDestroy, p.stream)))
 			p.stream = 0
 		}
 		if p.host != 0 {
-			errs = append(errs, p.check("cuMemFreeHost", loader.Call(p.freeHost, p.host)))
+			errs = append(errs, p.check("cuMemFreeHost", dlcall.Call(p.freeHost, p.host)))
 			p.host = 0
 		}
 		return errors.Join(errs...)
 	})
-	err = errors.Join(err, p.check("cuDevicePrimaryCtxRelease", loader.Call(p.release, uintptr(p.cudev))))
+	err = errors.Join(err, p.check("cuDevicePrimaryCtxRelease", dlcall.Call(p.release, uintptr(p.cudev))))
 	p.ctx = 0
 	return err
 }

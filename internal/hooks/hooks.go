@@ -3,6 +3,8 @@
 // higher one's init.
 package hooks
 
+import "sync/atomic"
+
 // HugeTLBRange is one hugetlb mapping of a pinned heap.
 type HugeTLBRange struct {
 	Start, Size uintptr
@@ -14,3 +16,27 @@ type HugeTLBRange struct {
 // are locked and registered; internal/leakcheck leaves them out of its
 // VmLck sum.
 var HugeTLBRanges = func() []HugeTLBRange { return nil }
+
+// Set by target, used by alloc (a pinned heap holds its chunks through a
+// device; the stream-ordered free asks the queues).
+var (
+	// BeforeShutdown registers f to run at the start of every
+	// target.Shutdown, before it checks for held memory.
+	BeforeShutdown = func(f func()) {}
+	// HoldMem page-locks [p, p+n) for device dev with a reference only
+	// ReleaseMem drops (pinned.Registry.Hold); errors name owner.
+	HoldMem func(dev int, p, n uintptr, owner string) (uintptr, error)
+	// ReleaseMem unlocks what HoldMem locked at p on device dev, dropping
+	// the LockMem and mapped references inside it and reporting them.
+	ReleaseMem func(dev int, p uintptr) (locks, mapped int, err error)
+	// FreeAfterUse runs free once every queued copy using [p, p+n) has
+	// completed and reports true, or reports false when none is in flight.
+	FreeAfterUse func(p, n uintptr, free func()) bool
+	// DeviceImpl returns device dev's plugin.Impl, for tests that ask a
+	// fake driver about itself.
+	DeviceImpl func(dev int) any
+)
+
+// HostUses counts the pending host ranges of all target queues: while it
+// is 0, a free need not ask FreeAfterUse (one atomic load on every free).
+var HostUses atomic.Int64

@@ -9,7 +9,9 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -44,7 +46,7 @@ func openFakeCUDA(t *testing.T) fakeCUDA {
 	return f
 }
 
-func (f fakeCUDA) count(kind int) int { return int(int32(loader.Call(f.live, uintptr(kind)))) }
+func (f fakeCUDA) count(kind int) int { return int(int32(dlcall.Call(f.live, uintptr(kind)))) }
 
 // driverState is the fake driver's live objects, staging buffers and the
 // idle streams of synchronous copies (which the devices keep on purpose)
@@ -57,7 +59,7 @@ func (f fakeCUDA) driverState() [5]int {
 	for _, d := range target.Devices() {
 		if d.Plugin() == "cuda" {
 			s[cuLiveHostAlloc] -= d.StagingStats().Buffers
-			if k, ok := d.Impl().(interface{ SyncStreams() int }); ok {
+			if k, ok := hooks.DeviceImpl(d.ID).(interface{ SyncStreams() int }); ok {
 				s[cuLiveStreams] -= k.SyncStreams()
 			}
 		}

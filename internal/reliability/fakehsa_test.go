@@ -9,6 +9,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -34,7 +35,7 @@ func openFakeHSA(t *testing.T) fakeHSA {
 
 func (f fakeHSA) n(what string) int {
 	b := append([]byte(what), 0)
-	return int(int64(loader.Call(f.count, uintptr(unsafe.Pointer(&b[0])))))
+	return int(int64(dlcall.Call(f.count, uintptr(unsafe.Pointer(&b[0])))))
 }
 
 // driverState: live signals, pool allocations (staging buffers apart) and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -22,7 +23,7 @@ func driverLeaks() error {
 	var leaks []string
 	for _, what := range []string{"allocs", "locks", "signals", "pending"} {
 		name := append([]byte(what), 0)
-		if n := int64(loader.Call(count, uintptr(unsafe.Pointer(&name[0])))); n != 0 {
+		if n := int64(dlcall.Call(count, uintptr(unsafe.Pointer(&name[0])))); n != 0 {
 			leaks = append(leaks, fmt.Sprintf("%d %s", n, what))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -190,7 +191,7 @@ type result int32
 //go:uintptrescapes
 //go:noinline
 func call(fn uintptr, args ...uintptr) result {
-	return result(int32(loader.Call(fn, args...)))
+	return result(int32(dlcall.Call(fn, args...)))
 }
 
 // check turns a CUresult into nil or an *Error naming call.

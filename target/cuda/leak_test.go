@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -20,7 +21,7 @@ func driverLeaks() error {
 	}
 	var leaks []string
 	for kind, what := range []string{"device allocations", "managed allocations", "pinned host allocations", "registrations", "streams"} {
-		if n := int32(loader.Call(live, uintptr(kind))); n != 0 {
+		if n := int32(dlcall.Call(live, uintptr(kind))); n != 0 {
 			leaks = append(leaks, fmt.Sprintf("%d %s", n, what))
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package loader
+package dlcall
 
 import "github.com/ebitengine/purego"
 

@@ -185,7 +185,7 @@ func tensorEvents(t *testing.T, a, b *Device) {
 			var n long
 			for _, name := range []string{"cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize"} {
 				b := append([]byte(name), 0)
-				n += long(loader.Call(calls, uintptr(unsafe.Pointer(&b[0]))))
+				n += long(dlcall.Call(calls, uintptr(unsafe.Pointer(&b[0]))))
 			}
 			return n
 		}

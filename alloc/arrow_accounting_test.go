@@ -57,12 +57,15 @@ func TestTrimPinnedPool(t *testing.T) {
 	st, ok := PinnedPool(host.ID)
 	require.True(t, ok)
 	require.NotZero(t, st.Retained, "the freed region is kept for reuse while the allocator lives")
+	require.GreaterOrEqual(t, st.FreeBlocks, 1, "the retained region is a free block")
+	free := st.FreeBlocks
 
 	require.Zero(t, TrimPinnedPool(host.ID+1), "no such pool")
 	released := TrimPinnedPool(host.ID)
 	require.GreaterOrEqual(t, released, st.Retained)
 	st, _ = PinnedPool(host.ID)
 	require.Zero(t, st.Retained)
+	require.Less(t, st.FreeBlocks, free, "the trim gave free blocks back")
 
 	p, err = a.Alloc(3 << 20)
 	require.NoError(t, err)

@@ -36,8 +36,12 @@ type PoolStats struct {
 	// are not counted: Idle is a lower bound.
 	Idle uintptr
 
-	Chunks     int     // 4 MiB chunks (small and medium blocks)
-	IdleChunks int     // of which hold no block
+	Chunks     int // 4 MiB chunks (small and medium blocks)
+	IdleChunks int // of which hold no block
+	// FreeBlocks counts the pieces kept locked for reuse with no block in
+	// them (CuPy's n_free_blocks): idle chunks, freed huge regions and the
+	// freed medium blocks kept whole; TrimPinnedPool gives them back.
+	FreeBlocks int
 	Huge       int     // regions of their own (blocks over 2 MiB), freed ones kept included
 	Retained   uintptr // bytes of freed huge regions kept for reuse
 	Stuck      int     // chunks the device refused to unlock yet (Trim tries again)
@@ -70,6 +74,7 @@ type NodePoolStats struct {
 	Idle       uintptr
 	Chunks     int
 	IdleChunks int
+	FreeBlocks int
 	Huge       int
 	Retained   uintptr
 	Stuck      int
@@ -140,6 +145,7 @@ func poolStatsLocked(pp *pinnedPool) PoolStats {
 			Idle:       uintptr(hs.EmptyChunks)*heap.ChunkSize + hs.Retained + hs.Spare,
 			Chunks:     hs.Chunks,
 			IdleChunks: hs.EmptyChunks,
+			FreeBlocks: hs.FreeBlocks,
 			Huge:       hs.Huge,
 			Retained:   hs.Retained,
 			Stuck:      stuckN,
@@ -154,6 +160,7 @@ func poolStatsLocked(pp *pinnedPool) PoolStats {
 		st.Idle += n.Idle
 		st.Chunks += n.Chunks
 		st.IdleChunks += n.IdleChunks
+		st.FreeBlocks += n.FreeBlocks
 		st.Huge += n.Huge
 		st.Retained += n.Retained
 		st.Stuck += n.Stuck

@@ -71,6 +71,10 @@ type Stats struct {
 	Huge        int     // huge regions, retained ones included
 	Retained    uintptr // bytes of retained free huge regions
 	Spare       uintptr // bytes of freed medium blocks' pages kept whole for reuse
+	// FreeBlocks counts what the heap keeps for reuse with no block in it:
+	// empty chunks, retained huge regions and spare medium spans (not the
+	// free slots of partly used spans, nor what per-P caches hold).
+	FreeBlocks int
 }
 
 // Stats returns a snapshot of the heap's holdings.
@@ -81,6 +85,11 @@ func (h *Heap) Stats() Stats {
 	defer h.gate.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	spans := 0
+	for _, l := range h.spare {
+		spans += len(l)
+	}
 	return Stats{Mapped: h.mapped, Chunks: len(h.chunks) + h.relChunks, EmptyChunks: h.empty + h.relChunks,
-		Huge: h.nhuge + h.relHuge, Retained: h.retained, Spare: uintptr(h.spareN)}
+		Huge: h.nhuge + h.relHuge, Retained: h.retained, Spare: uintptr(h.spareN),
+		FreeBlocks: h.empty + len(h.huge) + spans}
 }

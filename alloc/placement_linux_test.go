@@ -180,7 +180,8 @@ func TestNearestFollowsTheCaller(t *testing.T) {
 // high_bw and large_cap blocks lie on the nodes the topology names.
 func TestPlacementLandsOnTheNodes(t *testing.T) {
 	all := needNodes(t, 2)
-	const big = 16 << 20
+	// Interleave moves in 2 MiB units under THP: two per node at least.
+	big := max(uintptr(16<<20), uintptr(len(all))*4<<20)
 	t.Run("interleaved", func(t *testing.T) {
 		a := mustNew(t, memspace.Default, WithTrait(traits.Partition, traits.Interleaved))
 		p, err := a.Alloc(big)

@@ -1,7 +1,5 @@
 package pinned
 
-import "os"
-
 // Locker calls without the writer mutex.
 //
 // Locking a range through a device can take as long as the range
@@ -17,68 +15,15 @@ import "os"
 // live one. Readers that walk every entry (Stats, Each, Dump, HeldStats)
 // wait for every flight, so what they see agrees with the device.
 
-// flight is a range whose Locker call runs without mu.
-type flight struct {
-	host, end uintptr
-	done      chan struct{}
-}
-
-// fly marks [p, end) in flight (under mu).
-func (r *Registry) fly(p, end uintptr) *flight {
-	f := &flight{host: p, end: end, done: make(chan struct{})}
-	r.flights = append(r.flights, f)
-	return f
-}
-
-// land ends flight f and wakes who waits for it (under mu).
-func (r *Registry) land(f *flight) {
-	for i, g := range r.flights {
-		if g == f {
-			r.flights = append(r.flights[:i], r.flights[i+1:]...)
-			break
-		}
-	}
-	close(f.done)
-}
-
-// flying returns a flight sharing a page with [p, end), or nil (under mu).
-// Pages, not bytes: drivers lock and unlock whole pages, so the unlock of
-// one range and the lock of another in the same page stay in order.
-func (r *Registry) flying(p, end uintptr) *flight {
-	p, end = p&^(sysPage-1), (end+sysPage-1)&^(sysPage-1)
-	for _, f := range r.flights {
-		if p < f.end && f.host < end {
-			return f
-		}
-	}
-	return nil
-}
-
-// sysPage is the system's page size (4 KiB, or 16 or 64 KiB on some arm64
-// kernels).
-var sysPage = uintptr(os.Getpagesize())
-
-// settle waits, dropping mu meanwhile, until no flight overlaps [p, end)
-// (mu held before and after).
-func (r *Registry) settle(p, end uintptr) {
-	for f := r.flying(p, end); f != nil; f = r.flying(p, end) {
-		r.mu.Unlock()
-		<-f.done
-		r.mu.Lock()
-	}
-}
+// settle waits, dropping mu meanwhile, until no flight shares a page with
+// [p, end) (mu held before and after). Pages, not bytes: drivers lock and
+// unlock whole pages, so the unlock of one range and the lock of another in
+// the same page stay in order.
+func (r *Registry) settle(p, end uintptr) { r.flights.Settle(&r.mu, p, end) }
 
 // settleAll waits until nothing is in flight (mu held before and after).
 func (r *Registry) settleAll() { r.settle(0, ^uintptr(0)) }
 
 // unlocked runs f, a Locker call for [p, end), with [p, end) in flight and
 // mu released (mu held before and after).
-func (r *Registry) unlocked(p, end uintptr, f func()) {
-	fl := r.fly(p, end)
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.land(fl)
-	}()
-	f()
-}
+func (r *Registry) unlocked(p, end uintptr, f func()) { r.flights.Outside(&r.mu, p, end, f) }

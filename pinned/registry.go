@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/google/btree"
+
+	"github.com/ompalloc/ompalloc/internal/inflight"
 )
 
 // Registry records the host ranges locked for one device. It is safe for
@@ -27,7 +29,7 @@ type Registry struct {
 	st     Stats                       // counters kept under mu; Hits: those folded in
 	bytes  [KindRegistered + 1]uintptr // entry bytes by kind, under mu
 
-	flights []*flight // ranges whose Locker call runs without mu (flight.go)
+	flights inflight.Table // ranges whose Locker call runs without mu (flight.go)
 }
 
 // Stats is a snapshot of a registry's counters.
@@ -212,7 +214,7 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 			return 0, fmt.Errorf("pinned: %s %s: %w: externally locked %s", op, span(p, end), ErrOverlap, span(ext.Host, xend))
 		}
 		e := newEntry(ext.Host, xend, ext.Dev, KindExternal, unit)
-		if r.touches(ext.Host, xend) || r.flying(ext.Host, xend) != nil {
+		if r.touches(ext.Host, xend) || r.flights.Overlap(ext.Host, xend) != nil {
 			// Part of the external range is already an entry (registered
 			// memory inside it, say): record just the request.
 			e = newEntry(p, end, ext.Dev+(p-ext.Host), KindExternal, unit)

@@ -3,11 +3,11 @@ package amdgpu
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/inflight"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
@@ -30,60 +30,17 @@ import (
 // query overlapping it waits for it to land and looks again, while those of
 // other ranges go on.
 type lockTable struct {
-	mu       sync.Mutex
-	ents     []*lockEnt // sorted by host
-	inflight []*flight
+	mu      sync.Mutex
+	ents    []*lockEnt     // sorted by host
+	flights inflight.Table // ranges being locked or unlocked without mu
 }
 
-// flight is a range being locked or unlocked outside the table's mutex.
-type flight struct {
-	host, size uintptr
-	done       chan struct{}
-}
-
-// flyLocked marks [p, p+n) in flight. t.mu held.
-func (t *lockTable) flyLocked(p, n uintptr) *flight {
-	f := &flight{host: p, size: n, done: make(chan struct{})}
-	t.inflight = append(t.inflight, f)
-	return f
-}
-
-// landLocked ends flight f and wakes who waits for it. t.mu held.
-func (t *lockTable) landLocked(f *flight) {
-	for i, g := range t.inflight {
-		if g == f {
-			t.inflight = append(t.inflight[:i], t.inflight[i+1:]...)
-			break
-		}
-	}
-	close(f.done)
-}
-
-// overlapLocked returns a flight sharing a page with [p, p+n), or nil: the
+// lockWaiting takes t.mu once no flight shares a page with [p, p+n): the
 // runtime locks whole pages, so the unlock of one range and the lock of
-// another in the same page stay in order. t.mu held.
-func (t *lockTable) overlapLocked(p, n uintptr) *flight {
-	pg := uintptr(os.Getpagesize())
-	lo, hi := p&^(pg-1), (p+n+pg-1)&^(pg-1)
-	for _, f := range t.inflight {
-		if lo < f.host+f.size && f.host < hi {
-			return f
-		}
-	}
-	return nil
-}
-
-// lockWaiting takes t.mu once no flight overlaps [p, p+n).
+// another in the same page stay in order.
 func (t *lockTable) lockWaiting(p, n uintptr) {
-	for {
-		t.mu.Lock()
-		f := t.overlapLocked(p, n)
-		if f == nil {
-			return
-		}
-		t.mu.Unlock()
-		<-f.done
-	}
+	t.mu.Lock()
+	t.flights.Settle(&t.mu, p, p+n)
 }
 
 type lockEnt struct {
@@ -137,12 +94,12 @@ func (t *lockTable) acquire(fn *syms, agents []uint64, p, n uintptr) (agent, bas
 		e := t.ents[i]
 		return 0, 0, fmt.Errorf("%w: [%#x, +%d) overlaps the locked range [%#x, +%d)", ErrOverlap, p, n, e.host, e.size)
 	}
-	f := t.flyLocked(p, n)
+	f := t.flights.Start(p, p+n)
 	t.mu.Unlock()
 	dev, err := fn.lockFor(agents, p, n)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.landLocked(f)
+	t.flights.Land(f)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -181,12 +138,12 @@ func (t *lockTable) release(fn *syms, base uintptr) error {
 		t.mu.Unlock()
 		return nil
 	}
-	f := t.flyLocked(e.host, e.size)
+	f := t.flights.Start(e.host, e.host+e.size)
 	t.mu.Unlock()
 	err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.landLocked(f)
+	t.flights.Land(f)
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
 	}
@@ -224,11 +181,11 @@ func (t *lockTable) pieces(fn *syms, agents []uint64, p, n uintptr, gap func(q, 
 		if i < len(t.ents) && t.ents[i].host < end {
 			stop = t.ents[i].host
 		}
-		f := t.flyLocked(q, stop-q)
+		f := t.flights.Start(q, stop)
 		t.mu.Unlock()
 		pc, tracked, err := gap(q, stop)
 		t.mu.Lock()
-		t.landLocked(f)
+		t.flights.Land(f)
 		if err != nil {
 			t.mu.Unlock()
 			return nil, refs, err

@@ -3,12 +3,12 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/inflight"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
@@ -76,56 +76,18 @@ type hold struct {
 // done and looks again, so two lockers of overlapping ranges never both
 // register, and none uses a registration on its way out.
 type registrations struct {
-	mu       sync.Mutex
-	byPiece  map[uintptr]*registration // every piece's start
-	holds    map[holdKey]*hold
-	inflight []*flight
-	spans    map[uintptr]uintptr     // byPiece's pieces: start → size (a registration's pieces change outside mu)
-	sorted   atomic.Pointer[[]piece] // spans by address, for copies (split.go)
-}
-
-// flight is a range being registered or unregistered outside rs.mu.
-type flight struct {
-	host, size uintptr
-	done       chan struct{}
+	mu      sync.Mutex
+	byPiece map[uintptr]*registration // every piece's start
+	holds   map[holdKey]*hold
+	flights inflight.Table          // ranges being registered or unregistered without mu
+	spans   map[uintptr]uintptr     // byPiece's pieces: start → size (a registration's pieces change outside mu)
+	sorted  atomic.Pointer[[]piece] // spans by address, for copies (split.go)
 }
 
 func (rs *registrations) init() {
 	rs.byPiece = map[uintptr]*registration{}
 	rs.spans = map[uintptr]uintptr{}
 	rs.holds = map[holdKey]*hold{}
-}
-
-// flyLocked marks [p, p+n) in flight. rs.mu held.
-func (rs *registrations) flyLocked(p, n uintptr) *flight {
-	f := &flight{host: p, size: n, done: make(chan struct{})}
-	rs.inflight = append(rs.inflight, f)
-	return f
-}
-
-// landLocked ends flight f and wakes who waits for it. rs.mu held.
-func (rs *registrations) landLocked(f *flight) {
-	for i, g := range rs.inflight {
-		if g == f {
-			rs.inflight = append(rs.inflight[:i], rs.inflight[i+1:]...)
-			break
-		}
-	}
-	close(f.done)
-}
-
-// overlapLocked returns a flight sharing a page with [p, p+n), or nil:
-// the driver registers whole pages, so the unregistration of one range and
-// the registration of another in the same page stay in order. rs.mu held.
-func (rs *registrations) overlapLocked(p, n uintptr) *flight {
-	pg := uintptr(os.Getpagesize())
-	lo, hi := p&^(pg-1), (p+n+pg-1)&^(pg-1)
-	for _, f := range rs.inflight {
-		if lo < f.host+f.size && f.host < hi {
-			return f
-		}
-	}
-	return nil
 }
 
 // ownerLocked returns the registration made here that holds [p, p+n), if
@@ -170,11 +132,11 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 
 // lockOnce is one try of LockHost; again, when not nil, is a flight that
 // overlaps [p, p+n): wait for it and try again.
-func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again chan struct{}, err error) {
+func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again <-chan struct{}, err error) {
 	rs.mu.Lock()
-	if f := rs.overlapLocked(p, n); f != nil {
+	if f := rs.flights.Overlap(p, p+n); f != nil {
 		rs.mu.Unlock()
-		return 0, f.done, nil
+		return 0, f.Done(), nil
 	}
 	key := holdKey{d, p}
 	if h := rs.holds[key]; h != nil && h.reg.contains(p, n) {
@@ -201,11 +163,11 @@ func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again c
 		return d.holdLocked(rs, reg, p, n, false)
 	}
 	// Register outside the lock, with the range in flight.
-	f := rs.flyLocked(p, n)
+	f := rs.flights.Start(p, p+n)
 	rs.mu.Unlock()
 	reg, err = d.register(p, n)
 	rs.mu.Lock()
-	rs.landLocked(f)
+	rs.flights.Land(f)
 	registered := err == nil
 	if errors.Is(err, ErrAlreadyRegistered) {
 		// The driver could not say where p's registration starts.
@@ -214,9 +176,9 @@ func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again c
 			rs.mu.Unlock()
 			return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 		}
-		if g := rs.overlapLocked(reg.host, reg.size); g != nil {
+		if g := rs.flights.Overlap(reg.host, reg.host+reg.size); g != nil {
 			rs.mu.Unlock()
-			return 0, g.done, nil // on its way out: look again after
+			return 0, g.Done(), nil // on its way out: look again after
 		}
 	} else if err != nil {
 		rs.mu.Unlock()
@@ -364,9 +326,9 @@ func (d *device) UnlockHost(p uintptr) error {
 // the driver unregisters them, then out of the books. rs.mu held on entry,
 // released on return.
 func (d *device) unregister(rs *registrations, regs []*registration) error {
-	fs := make([]*flight, len(regs))
+	fs := make([]*inflight.Flight, len(regs))
 	for i, reg := range regs {
-		fs[i] = rs.flyLocked(reg.host, reg.size)
+		fs[i] = rs.flights.Start(reg.host, reg.host+reg.size)
 	}
 	rs.mu.Unlock()
 	gone := make([][]piece, len(regs))
@@ -382,7 +344,7 @@ func (d *device) unregister(rs *registrations, regs []*registration) error {
 			delete(rs.spans, pc.host)
 		}
 		rs.publishLocked()
-		rs.landLocked(fs[i])
+		rs.flights.Land(fs[i])
 		if errs[i] != nil {
 			// Pieces the driver keeps stay here too, unreferenced: the next
 			// lock of the range reuses the registration, and Close tries again.
@@ -408,7 +370,7 @@ func (rs *registrations) releaseAll(d *device) error {
 	// Registrations whose unregistration failed earlier: try again (those in
 	// flight are someone else's to finish).
 	for host, reg := range rs.byPiece {
-		if reg.refs == 0 && rs.overlapLocked(reg.host, reg.size) == nil && host == reg.pieces[0].host && !slices.Contains(drop, reg) {
+		if reg.refs == 0 && rs.flights.Overlap(reg.host, reg.host+reg.size) == nil && host == reg.pieces[0].host && !slices.Contains(drop, reg) {
 			drop = append(drop, reg)
 		}
 	}
@@ -453,14 +415,14 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	}
 	rs := &d.drv.regs
 	rs.mu.Lock()
-	if f := rs.overlapLocked(start, size); f != nil || rs.overlapLocked(p, n) != nil {
+	if f := rs.flights.Overlap(start, start+size); f != nil || rs.flights.Overlap(p, p+n) != nil {
 		// Being registered or unregistered here: the driver's answer is
 		// about our own registration, not published yet or on its way out.
 		if f == nil {
-			f = rs.overlapLocked(p, n)
+			f = rs.flights.Overlap(p, p+n)
 		}
 		rs.mu.Unlock()
-		<-f.done
+		<-f.Done()
 		return d.ExternalLock(p, n)
 	}
 	ours := rs.ownerLocked(p, 1, start, known) != nil

@@ -48,6 +48,17 @@ func mappedDevice(fn string, device int) (*target.Device, bool) {
 	return d, d != nil
 }
 
+// assocDevice is device for TargetAssociatePtr and TargetDisassociatePtr:
+// a device number (warned about when bad), never the initial device, which
+// has no associations.
+func assocDevice(fn string, device int) (*target.Device, bool) {
+	if device == target.InitialDevice() {
+		warnf("%s: no association possible on the host (device %d)", fn, device)
+		return nil, false
+	}
+	return mappedDevice(fn, device)
+}
+
 // TargetIsPresent is omp_target_is_present: 1 when the host address ptr is
 // mapped on device (an association made by TargetAssociatePtr holds it; on
 // the initial device every address is present), else 0. As in LLVM, nil is
@@ -110,11 +121,7 @@ func TargetAssociatePtr(hostPtr, devicePtr unsafe.Pointer, size, deviceOffset ui
 		warnf("%s: invalid arguments (host %p, device %p, size %d)", fn, hostPtr, devicePtr, size)
 		return -1
 	}
-	if device == target.InitialDevice() {
-		warnf("%s: no association possible on the host (device %d)", fn, device)
-		return -1
-	}
-	d, ok := mappedDevice(fn, device)
+	d, ok := assocDevice(fn, device)
 	if !ok {
 		return -1
 	}
@@ -165,11 +172,7 @@ func TargetDisassociatePtr(hostPtr unsafe.Pointer, device int) int {
 		warnf("%s: nil host pointer", fn)
 		return -1
 	}
-	if device == target.InitialDevice() {
-		warnf("%s: no association possible on the host (device %d)", fn, device)
-		return -1
-	}
-	d, ok := mappedDevice(fn, device)
+	d, ok := assocDevice(fn, device)
 	if !ok {
 		return -1
 	}

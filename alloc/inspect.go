@@ -3,7 +3,6 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
@@ -87,16 +86,21 @@ func pointerError(err error) error {
 	return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
 }
 
-// sliceError explains a bad slice in a user's terms: the usual cause of a
-// slice that does not start at a block is re-slicing it, or appending to
-// it, which copies it to the Go heap.
+// sliceError explains a bad slice in a user's terms, in Go's order (the
+// operation, then the cause): a slice inside a block was re-sliced from
+// further in; a slice in memory no heap of ompalloc mapped never came from
+// ompalloc (Go heap memory: the copy append made, or a slice a library
+// allocated).
 func sliceError(what string, err error) error {
 	switch {
 	case errors.Is(err, heap.ErrDoubleFree):
-		return fmt.Errorf("%w: %s: the slice was already freed", ErrDoubleFree, what)
-	case errors.Is(err, heap.ErrInvalid), errors.Is(err, heap.ErrForeign):
-		return fmt.Errorf("%w: %s: the slice was re-sliced or grown by append: free the slice Make returned (%v)",
-			ErrInvalidPointer, what, strings.TrimPrefix(err.Error(), ErrInvalidPointer.Error()+": "))
+		return fmt.Errorf("%s: %w", what, ErrDoubleFree)
+	case errors.Is(err, heap.ErrForeign):
+		return fmt.Errorf("%s: %w: the slice's memory never came from ompalloc (Go heap memory, such as the copy append makes or a slice a library allocated)",
+			what, ErrInvalidPointer)
+	case errors.Is(err, heap.ErrInvalid):
+		return fmt.Errorf("%s: %w: the slice does not start where its block does (re-sliced from further in): free the slice Make returned",
+			what, ErrInvalidPointer)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -190,7 +190,9 @@ for p in $(cat /src/pkgs); do
 	rc=$?
 	pass=$(grep -c '^--- PASS' /tmp/out); fail=$(grep -c '^--- FAIL' /tmp/out); skip=$(grep -c '^--- SKIP' /tmp/out)
 	say "pkg $p rc=$rc passed=$pass failed=$fail skipped=$skip secs=$(($(date +%s) - s))"
-	if [ $rc != 0 ] || [ $verbose != 0 ]; then
+	if [ $verbose != 0 ]; then
+		grep -v '^=== \(RUN\|PAUSE\|CONT\|NAME\)' /tmp/out | sed 's/^/  | /'
+	elif [ $rc != 0 ]; then
 		grep -v '^=== \(RUN\|PAUSE\|CONT\|NAME\)\|^ *--- \(PASS\|SKIP\)\|^PASS$' /tmp/out | sed 's/^/  | /' | tail -n 400
 	fi
 done

@@ -120,7 +120,22 @@
  *                                          device-synchronizing
  *                                          cuMemHostUnregister/cuMemFreeHost may
  *                                          take milliseconds to seconds
- *   int  fakecuda_gated(void)              calls waiting at a closed gate
+ *                                          The gate named "stream" holds the
+ *                                          device's work instead: while it is
+ *                                          closed, every stream worker (legacy
+ *                                          streams too) waits before performing
+ *                                          its next queued copy, event record or
+ *                                          event wait, so that work stays
+ *                                          pending (cuStreamQuery and
+ *                                          cuEventQuery say CUDA_ERROR_NOT_READY,
+ *                                          synchronizing calls wait) for as long
+ *                                          as the test wants. A device busy with
+ *                                          other work does the same; the
+ *                                          reference promises only the order of
+ *                                          a stream's work, never when it
+ *                                          completes
+ *   int  fakecuda_gated(void)              calls (and stream workers) waiting at
+ *                                          a closed gate
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -350,6 +365,13 @@ static int gate_closed_locked(const char *name) {
 		if (strcmp(g_gates[i], name) == 0)
 			return 1;
 	return 0;
+}
+
+static int gate_closed(const char *name) {
+	pthread_mutex_lock(&g_gate_mu);
+	int c = gate_closed_locked(name);
+	pthread_mutex_unlock(&g_gate_mu);
+	return c;
 }
 
 static void gate_wait(const char *name) {
@@ -1347,6 +1369,14 @@ static void *worker(void *arg) {
 			pthread_cond_wait(&s->cv, &s->mu);
 		if (!s->head)
 			break;
+		if (gate_closed("stream")) {
+			/* The device is busy (fakecuda_gate("stream", 1)): the op
+			   stays queued, so the stream and its events stay pending. */
+			pthread_mutex_unlock(&s->mu);
+			gate_wait("stream");
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
 		struct op *o = s->head;
 		if (o->ev) {
 			s->head = o->next;

@@ -96,11 +96,17 @@
  * performed), "copies" (performed), "inits" (reference count), "lock_calls"
  * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
  * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
- * "gated" (calls waiting at a closed gate); void fakehsa_gate(const char *fn,
- * int closed) closes or opens a gate in front of fn ("hsa_amd_memory_unlock"
- * or "hsa_amd_memory_lock"): a call arriving at a closed gate waits, holding
+ * "gated" (calls, and the copy worker, waiting at a closed gate); void
+ * fakehsa_gate(const char *fn, int closed) closes or opens a gate in front
+ * of fn ("hsa_amd_memory_unlock" or "hsa_amd_memory_lock"): a call arriving at a closed gate waits, holding
  * no lock of the fake, until the gate opens, as a device-synchronizing call
- * may take milliseconds to seconds.
+ * may take milliseconds to seconds. The gate named "copy" holds the device's
+ * work instead: while it is closed the copy worker waits before performing
+ * its next async copy (the plugins' barrier/marker copies included), so the
+ * copy stays pending and its completion signal keeps its value, for as long
+ * as the test wants. A device busy with other work does the same: the
+ * reference promises that a copy completes after its dependencies, never
+ * by when.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -437,7 +443,7 @@ static void configure(void) {
 
 /* ---- gates (test hook fakehsa_gate) ---- */
 
-enum { GATE_LOCK, GATE_UNLOCK, NGATES };
+enum { GATE_LOCK, GATE_UNLOCK, GATE_COPY, NGATES };
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
 static bool gate_closed[NGATES];
@@ -456,7 +462,10 @@ static void gate_wait(int g) {
 }
 
 void fakehsa_gate(const char *fn, int closed) {
-    int g = strcmp(fn, "hsa_amd_memory_lock") == 0 ? GATE_LOCK : strcmp(fn, "hsa_amd_memory_unlock") == 0 ? GATE_UNLOCK : -1;
+    int g = strcmp(fn, "hsa_amd_memory_lock") == 0     ? GATE_LOCK
+            : strcmp(fn, "hsa_amd_memory_unlock") == 0 ? GATE_UNLOCK
+            : strcmp(fn, "copy") == 0                  ? GATE_COPY
+                                                       : -1;
     if (g < 0) return;
     pthread_mutex_lock(&gate_mu);
     gate_closed[g] = closed != 0;
@@ -1059,6 +1068,7 @@ static void *worker(void *arg) {
 
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &j->due, NULL) != 0) {
         }
+        gate_wait(GATE_COPY); /* a device kept busy: the job stays pending */
         pthread_mutex_lock(&mu);
         for (int i = 0; i < j->ndeps; i++)
             while (__atomic_load_n(&j->deps[i]->value, __ATOMIC_ACQUIRE) != 0) pthread_cond_wait(&sig_cv, &mu);

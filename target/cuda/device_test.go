@@ -98,6 +98,19 @@ func TestCopySyncRoundTrip(t *testing.T) {
 	require.ErrorIs(t, d.Copy(a, src, 16, plugin.Direction(42), nil), ErrInvalid)
 }
 
+// holdStreams keeps the fake's streams busy (fakecuda's gate "stream"): no
+// queued copy or event runs until the returned open, also run at cleanup.
+// Work then stays pending however slow the host is, as on a device busy
+// with other work: the driver promises the order, not when it completes.
+func holdStreams(t *testing.T) (open func()) {
+	needFake(t)
+	gate(t, "stream", true)
+	var once sync.Once
+	open = func() { once.Do(func() { gate(t, "stream", false) }) }
+	t.Cleanup(open)
+	return open
+}
+
 // Async copies run late (the fake's worker waits before each): the host
 // side must not be read before the queue is synchronized.
 func TestCopyAsyncRoundTripLate(t *testing.T) {
@@ -118,13 +131,15 @@ func TestCopyAsyncRoundTripLate(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Free(plugin.MemDevice, b)
 
+	open := holdStreams(t)
 	require.NoError(t, d.Copy(a, src, n, plugin.HostToDevice, q))
 	require.NoError(t, d.Copy(b, a, n, plugin.DeviceToDevice, q))
 	require.NoError(t, d.Copy(dst, b, n, plugin.DeviceToHost, q))
 	done, err := q.Query()
 	require.NoError(t, err)
-	require.False(t, done, "three copies of 30 ms each cannot be done yet")
+	require.False(t, done, "three copies held in the fake cannot be done yet")
 	require.NotEqual(t, sb[:64], db[:64], "the destination was written before the copies ran")
+	open()
 	require.NoError(t, q.Synchronize())
 	done, err = q.Query()
 	require.NoError(t, err)
@@ -147,8 +162,10 @@ func TestAsyncCopyReadsSourceLate(t *testing.T) {
 	defer d.Free(plugin.MemDevice, a)
 
 	pattern(sb, 1)
+	open := holdStreams(t)
 	require.NoError(t, d.Copy(a, src, 4096, plugin.HostToDevice, q))
 	pattern(sb, 2) // reused too early
+	open()
 	require.NoError(t, q.Synchronize())
 	require.NoError(t, d.Copy(dst, a, 4096, plugin.DeviceToHost, nil))
 	want := make([]byte, 4096)
@@ -170,12 +187,14 @@ func TestQueueQueryAndEvents(t *testing.T) {
 	a, err := d.Alloc(plugin.MemDevice, 4096)
 	require.NoError(t, err)
 	defer d.Free(plugin.MemDevice, a)
+	open := holdStreams(t)
 	require.NoError(t, d.Copy(a, src, 4096, plugin.HostToDevice, q))
 	ev, err := q.Record()
 	require.NoError(t, err)
 	edone, err := ev.Query()
 	require.NoError(t, err)
-	require.False(t, edone, "the event follows a 50 ms copy")
+	require.False(t, edone, "the event follows a copy held in the fake")
+	open()
 	require.NoError(t, ev.Synchronize())
 	edone, err = ev.Query()
 	require.NoError(t, err)

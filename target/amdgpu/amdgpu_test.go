@@ -300,8 +300,10 @@ func TestQueueManyCopies(t *testing.T) {
 	require.ErrorIs(t, d.Copy(dst, dev, each, plugin.DeviceToHost, q), ErrClosed)
 }
 
-// The fake performs copies 300 ms late: Query says false, the destination
-// is untouched, then Synchronize brings the bytes and Query says true.
+// The fake performs copies 300 ms late, and holds them (its "copy" gate)
+// while the test looks, however slow the host: Query says false, the
+// destination is untouched, then Synchronize brings the bytes and Query
+// says true.
 func TestQueryFalseThenTrue(t *testing.T) {
 	needFake(t)
 	if !inChild(t, "TestQueryFalseThenTrue", "FAKEHSA_COPY_DELAY_US=300000") {
@@ -317,12 +319,15 @@ func TestQueryFalseThenTrue(t *testing.T) {
 	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
 	q, err := d.NewQueue()
 	require.NoError(t, err)
+	hsaGate(t, "copy", true)
+	t.Cleanup(func() { hsaGate(t, "copy", false) })
 	require.NoError(t, d.Copy(dev, src, n, plugin.HostToDevice, q))
 	require.NoError(t, d.Copy(dst, dev, n, plugin.DeviceToHost, q))
 	done, err := q.Query()
 	require.NoError(t, err)
-	require.False(t, done, "copies run 300 ms late")
+	require.False(t, done, "copies run late")
 	require.Equal(t, old, cmem.Bytes(dst, n), "nothing copied yet")
+	hsaGate(t, "copy", false)
 	require.NoError(t, q.Synchronize())
 	require.Equal(t, want, cmem.Bytes(dst, n))
 	done, err = q.Query()

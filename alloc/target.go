@@ -14,8 +14,12 @@ import (
 
 // targetBackend serves the target memory spaces
 // (llvm_omp_target_host/shared/device_mem_space) from a device's plugin:
-// one driver allocation per block, as libomptarget does. Device memory is
-// not host-accessible, so these blocks carry no header; a map finds them.
+// host and shared memory one driver allocation per block, as libomptarget
+// does; a GPU's device memory from the device's caching pool
+// (target.Device.PoolAlloc), so that a free and a new allocation of the
+// same size class skip the driver. The allocator's pool_size still bounds
+// the bytes it hands out. Device memory is not host-accessible, so these
+// blocks carry no header; a map finds them.
 type targetBackend struct {
 	kind plugin.MemKind
 	dev  int // -1: the default device at allocation time
@@ -28,6 +32,25 @@ type targetBlock struct {
 	size   uintptr
 	base   uintptr // what the driver returned: below the block when it was aligned up
 	charge int64   // what the block took from the allocator's pool_size (0 without one)
+	pooled bool    // base came from the device's caching pool
+}
+
+// targetAllocOn allocates n bytes of kind on d: device memory of a GPU
+// from its caching pool (a miss asks the driver and fails as it does),
+// the rest from the driver.
+func targetAllocOn(d *target.Device, kind plugin.MemKind, n uintptr, pooled bool) (uintptr, error) {
+	if pooled {
+		return d.PoolAlloc(n, nil)
+	}
+	return d.Alloc(kind, n)
+}
+
+// targetFreeOn returns what targetAllocOn returned.
+func targetFreeOn(d *target.Device, kind plugin.MemKind, p uintptr, pooled bool) error {
+	if pooled {
+		return d.PoolFree(p, nil)
+	}
+	return d.Free(kind, p)
 }
 
 var targetBlocks sync.Map // uintptr → targetBlock
@@ -67,13 +90,14 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	if zero && tb.kind == plugin.MemDevice && !d.IsHost() {
 		return nil, fmt.Errorf("%w: zeroed device memory from %v", ErrNotSupported, a)
 	}
-	base, err := d.Alloc(tb.kind, size)
+	pooled := tb.kind == plugin.MemDevice && !d.IsHost()
+	base, err := targetAllocOn(d, tb.kind, size, pooled)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
 	}
 	p, extra := base, uintptr(0)
 	if base%align != 0 {
-		if err := d.Free(tb.kind, base); err != nil {
+		if err := targetFreeOn(d, tb.kind, base, pooled); err != nil {
 			return nil, fmt.Errorf("%w: %v: free of a misaligned block to allocate it again: %w", ErrDevice, a, err)
 		}
 		extra = align - 1
@@ -85,7 +109,7 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 				return nil, err
 			}
 		}
-		if base, err = d.Alloc(tb.kind, size+extra); err != nil {
+		if base, err = targetAllocOn(d, tb.kind, size+extra, pooled); err != nil {
 			if a.traits.PoolSize > 0 {
 				a.releasePool(int64(extra))
 			}
@@ -96,7 +120,7 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	if zero {
 		cmem.Zero(p, size)
 	}
-	b := targetBlock{a: a, dev: d, kind: tb.kind, size: size, base: base}
+	b := targetBlock{a: a, dev: d, kind: tb.kind, size: size, base: base, pooled: pooled}
 	if a.traits.PoolSize > 0 {
 		b.charge = int64(size + extra)
 	}
@@ -116,7 +140,7 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 	if b.a.releasable() {
 		b.a.release()
 	}
-	if err := b.dev.Free(b.kind, b.base); err != nil {
+	if err := targetFreeOn(b.dev, b.kind, b.base, b.pooled); err != nil {
 		return true, fmt.Errorf("%w: %v: free of %p: %w", ErrDevice, b.a, p, err)
 	}
 	return true, nil

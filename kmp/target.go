@@ -101,7 +101,16 @@ func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsaf
 	if d == nil {
 		return nil
 	}
-	p, err := d.Alloc(kind, size)
+	var p uintptr
+	var err error
+	if kind == plugin.MemDevice && !d.IsHost() {
+		// Device memory comes from the device's caching pool: a miss asks
+		// the driver (and fails as the driver does), a hit saves the
+		// cuMemAlloc/hsa_amd_memory_pool_allocate and its device sync.
+		p, err = d.PoolAlloc(size, nil)
+	} else {
+		p, err = d.Alloc(kind, size)
+	}
 	if err != nil {
 		warnf("%s: %v", fn, err)
 		return nil
@@ -130,6 +139,13 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 		return
 	}
 	p := uintptr(ptr)
+	if (kind < 0 || kind == plugin.MemDevice) && d.PoolFree(p, nil) == nil {
+		// A block of the device's pool goes back to it. PoolFree refuses
+		// (and changes nothing for) any pointer the pool did not hand
+		// out: those reach the driver below, as before.
+		targetSizes.Delete(targetKey{d, p})
+		return
+	}
 	if kind < 0 {
 		k, ok := d.Kind(p)
 		if !ok {
@@ -146,7 +162,9 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 }
 
 // TargetAlloc is omp_target_alloc: n bytes of device memory (host memory
-// on the initial device).
+// on the initial device), served from the device's caching pool
+// (target.Device.PoolAlloc): TargetFree returns it there, and
+// target.Device.TrimPool gives cached blocks back to the driver.
 func TargetAlloc(size uintptr, device int) unsafe.Pointer {
 	return targetAlloc("omp_target_alloc", plugin.MemDevice, size, device)
 }
@@ -177,7 +195,8 @@ func TargetFreeShared(ptr unsafe.Pointer, device int) {
 	targetFree("llvm_omp_target_free_shared", plugin.MemShared, ptr, device)
 }
 
-// TargetAllocDevice is llvm_omp_target_alloc_device: device memory.
+// TargetAllocDevice is llvm_omp_target_alloc_device: device memory from
+// the device's caching pool, as TargetAlloc.
 func TargetAllocDevice(size uintptr, device int) unsafe.Pointer {
 	return targetAlloc("llvm_omp_target_alloc_device", plugin.MemDevice, size, device)
 }

@@ -187,6 +187,11 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 	})
 
 	step("cuMemAlloc", func(t *testing.T) {
+		// omp_target_alloc and the device memspace are served from the
+		// device's caching pool: emptied first, every allocation below is
+		// a miss that reaches the (failing) driver.
+		d0.TrimPool(0)
+		require.Zero(t, d0.PoolStats().Reserved)
 		undo := injectCUDA(t, "cuMemAlloc")
 		_, err := d0.Alloc(plugin.MemDevice, 1<<20)
 		require.ErrorContains(t, err, "cuMemAlloc")
@@ -201,10 +206,16 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		warnsOnce(t, func() { require.Nil(t, kmp.Alloc(1<<20, kmp.TargetDeviceMemAlloc)) }, "omp_alloc", "cuMemAlloc")
 		undo()
 		faults += 4
+		require.Zero(t, d0.PoolStats().Reserved, "failed misses reserve nothing")
 		p, err = ta.Alloc(1 << 20)
 		require.NoError(t, err)
 		require.NotNil(t, p)
 		require.NoError(t, alloc.Free(p))
+		// The block went back to the pool, not the driver; trimming the
+		// pool gives it back (the baseline check below counts the driver's
+		// allocations).
+		require.Equal(t, 1, d0.PoolStats().FreeBlocks)
+		require.Equal(t, uintptr(1<<20), d0.TrimPool(0))
 	})
 
 	step("cuMemHostAlloc/staging falls back to an unstaged copy", func(t *testing.T) {

@@ -92,7 +92,8 @@
  *                           unless HSA_USE_SVM=0)
  *
  * Test hooks (not in the real library): int64_t fakehsa_count(const char *what)
- * with what = "signals" (live), "allocs", "locks", "pending" (copies not yet
+ * with what = "signals" (live), "allocs", "alloc_calls" (successful
+ * hsa_amd_memory_pool_allocate calls), "locks", "pending" (copies not yet
  * performed), "copies" (performed), "inits" (reference count), "lock_calls"
  * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
  * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
@@ -287,6 +288,7 @@ static bool apu;     /* FAKEHSA_APU: full-profile GPUs */
 
 static struct alloc *allocs;
 static int nallocs, capallocs;
+static int64_t alloc_calls; /* successful hsa_amd_memory_pool_allocate calls (test hook) */
 static struct lock *locks;
 static int nlocks, caplocks;
 
@@ -682,6 +684,7 @@ hsa_status_t hsa_amd_memory_pool_allocate(hsa_amd_memory_pool_t pool, size_t siz
     allocs[nallocs++] = (struct alloc){.addr = addr, .real = real, .size = rounded, .pool = i,
                                        .access = 1ull << pl->agent};
     pl->used += rounded;
+    alloc_calls++;
     pthread_mutex_unlock(&mu);
     *ptr = (void *)addr;
     return HSA_STATUS_SUCCESS;
@@ -1175,6 +1178,7 @@ int64_t fakehsa_count(const char *what) {
     pthread_mutex_lock(&mu);
     if (strcmp(what, "signals") == 0) n = live_sigs;
     else if (strcmp(what, "allocs") == 0) n = nallocs;
+    else if (strcmp(what, "alloc_calls") == 0) n = alloc_calls;
     else if (strcmp(what, "locks") == 0) n = nlocks;
     else if (strcmp(what, "pending") == 0) n = jobs_pending;
     else if (strcmp(what, "copies") == 0) n = copies_done;

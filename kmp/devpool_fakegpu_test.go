@@ -1,0 +1,146 @@
+package kmp
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dlcall"
+	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/target/plugin"
+)
+
+// Issue 21 item 4: omp_target_alloc, llvm_omp_target_alloc_device and
+// allocators on the device memory space are served from the device's
+// caching pool, on both fake drivers, each in a child process that loads it.
+func TestTargetAllocPoolOnFakeGPU(t *testing.T) {
+	for _, c := range []struct{ driver, lib string }{
+		{"cuda", "fakecuda"},
+		{"amdgpu", "fakehsa"},
+	} {
+		t.Run(c.driver, func(t *testing.T) {
+			lib := fakedrv.Build(t, c.lib)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestTargetAllocPoolChild$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), "OMPALLOC_KMP_CHILD=devpool", "OMPALLOC_KMP_DRIVER="+c.driver,
+				"FAKECUDA_FAIL=", "FAKEHSA_FAIL=", "OMP_DEFAULT_DEVICE=")
+			if c.driver == "cuda" {
+				cmd.Env = append(cmd.Env, "OMPALLOC_CUDA_LIBRARY="+lib, "OMPALLOC_DISABLE_HSA=1", "OMPALLOC_DISABLE_CUDA=")
+			} else {
+				cmd.Env = append(cmd.Env, "OMPALLOC_HSA_LIBRARY="+lib, "OMPALLOC_DISABLE_CUDA=1", "OMPALLOC_DISABLE_HSA=", "FAKEHSA_GPUS=1")
+			}
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "--- PASS: TestTargetAllocPoolChild")
+			require.NotContains(t, string(out), "warning")
+		})
+	}
+}
+
+func TestTargetAllocPoolChild(t *testing.T) {
+	if os.Getenv("OMPALLOC_KMP_CHILD") != "devpool" {
+		t.Skip("run by TestTargetAllocPoolOnFakeGPU in a child process")
+	}
+	driver := os.Getenv("OMPALLOC_KMP_DRIVER")
+	d, err := target.Get(0)
+	require.NoError(t, err)
+	require.Equal(t, driver, d.Plugin())
+
+	// driverAllocs counts the driver's device-memory allocations so far;
+	// live counts its live device allocations.
+	var driverAllocs, live func() int
+	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	if driver == "cuda" {
+		l, err := loader.Open(loader.Spec{Name: "fake CUDA driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
+		require.NoError(t, err)
+		calls, err := l.Sym("fakecuda_calls")
+		require.NoError(t, err)
+		lv, err := l.Sym("fakecuda_live")
+		require.NoError(t, err)
+		driverAllocs = func() int { return int(dlcall.Call(calls, cstr("cuMemAlloc"))) }
+		live = func() int { return int(int32(dlcall.Call(lv, 0))) } // 0: device memory
+	} else {
+		l, err := loader.Open(loader.Spec{Name: "fake HSA runtime", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
+		require.NoError(t, err)
+		count, err := l.Sym("fakehsa_count")
+		require.NoError(t, err)
+		driverAllocs = func() int { return int(dlcall.Call(count, cstr("alloc_calls"))) }
+		live = func() int { return int(dlcall.Call(count, cstr("allocs"))) }
+	}
+	d.TrimPool(0)
+	t.Cleanup(func() { d.TrimPool(0) })
+	require.Zero(t, d.PoolStats().Reserved)
+	const n = 1 << 20
+
+	t.Run("omp_target_alloc twice reuses the block", func(t *testing.T) {
+		calls0, live0 := driverAllocs(), live()
+		p := TargetAlloc(n, 0)
+		require.NotNil(t, p)
+		require.Equal(t, calls0+1, driverAllocs(), "a miss asks the driver")
+		st := d.PoolStats()
+		require.Equal(t, uintptr(n), st.Reserved)
+		require.Equal(t, uintptr(n), st.InUse)
+		TargetFree(p, 0)
+		st = d.PoolStats()
+		require.Equal(t, uintptr(n), st.Reserved, "the freed block stays reserved")
+		require.Zero(t, st.InUse)
+		require.Equal(t, 1, st.FreeBlocks)
+		require.Equal(t, live0+1, live(), "omp_target_free kept the block for reuse")
+
+		// The same size class, through llvm_omp_target_alloc_device: the
+		// same block, no driver call; and it is usable device memory.
+		p2 := TargetAllocDevice(n-100, 0)
+		require.Equal(t, p, p2)
+		require.Equal(t, calls0+1, driverAllocs(), "a hit asks the driver nothing")
+		require.Equal(t, uint64(1), d.PoolStats().Hits)
+		require.Equal(t, p2, TargetMemset(p2, 0x3C, n-100, 0))
+		h := hostBytes(t, n-100)
+		require.Equal(t, 0, TargetMemcpy(unsafe.Pointer(&h[0]), p2, n-100, 0, 0, GetInitialDevice(), 0))
+		require.Equal(t, byte(0x3C), h[0])
+		require.Equal(t, byte(0x3C), h[n-101])
+		TargetFreeDevice(p2, 0)
+		p3 := TargetAlloc(n, 0)
+		require.Equal(t, p, p3)
+		TargetFree(p3, 0)
+		require.Equal(t, calls0+1, driverAllocs())
+
+		// Trim gives the cached block back to the driver.
+		require.Equal(t, uintptr(n), d.TrimPool(0))
+		require.Equal(t, live0, live())
+		require.Zero(t, d.PoolStats().Reserved)
+	})
+
+	t.Run("omp_target_free of a block the pool did not hand out reaches the driver", func(t *testing.T) {
+		live0 := live()
+		p, err := d.Alloc(plugin.MemDevice, 4096)
+		require.NoError(t, err)
+		require.Equal(t, live0+1, live())
+		TargetFree(cmem.Ptr(p), 0)
+		require.Equal(t, live0, live(), "freed by the driver")
+		_, ok := d.Kind(p)
+		require.False(t, ok)
+		require.Zero(t, d.PoolStats().Reserved)
+	})
+
+	t.Run("pool_size on the device memory space", func(t *testing.T) {
+		a := InitAllocator(TargetDeviceMemSpace, []AllocTrait{{Key: AtkPoolSize, Value: n}, {Key: AtkFallback, Value: AtvNullFb}})
+		require.NotEqual(t, NullAllocator, a)
+		defer DestroyAllocator(a)
+		calls0 := driverAllocs()
+		p := Alloc(n, a)
+		require.NotNil(t, p)
+		require.Equal(t, uintptr(n), d.PoolStats().InUse)
+		require.Nil(t, Alloc(1, a), "pool_size is a quota: the allocator's bytes are all handed out")
+		Free(p, a)
+		require.Zero(t, d.PoolStats().InUse)
+		p2 := Alloc(n, a)
+		require.Equal(t, p, p2, "the device pool's block again")
+		require.Equal(t, calls0+1, driverAllocs())
+		Free(p2, a)
+	})
+}

@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -140,6 +141,11 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 					require.Nil(t, p)
 					require.ErrorIs(t, err, pt.cause)
 					require.ErrorIs(t, err, fault.ErrInjected)
+					if pt.cause == ErrPinFailed {
+						// Issue 22: memory was there, the lock was refused.
+						require.NotErrorIs(t, err, ErrOutOfMemory)
+						require.False(t, strings.HasPrefix(err.Error(), "out of memory"), "%v", err)
+					}
 				case "default_mem_fb":
 					require.NoError(t, err)
 					usable(t, p, pt.size)

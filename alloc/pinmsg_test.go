@@ -86,6 +86,7 @@ func TestPinMessageChild(t *testing.T) {
 	p, err := a.Alloc(256 << 20)
 	require.Nil(t, p)
 	require.ErrorIs(t, err, ErrPinFailed)
+	require.NotErrorIs(t, err, ErrOutOfMemory, "issue 22: a refused lock is not a lack of memory")
 	os.Stdout.WriteString("PINERR " + err.Error() + "\n")
 }
 
@@ -128,6 +129,7 @@ func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
 				ps = append(ps, p)
 			} else {
 				require.ErrorIs(t, err, ErrPinFailed)
+				require.NotErrorIs(t, err, ErrOutOfMemory, "issue 22: a refused lock is not a lack of memory")
 				require.NotContains(t, err.Error(), "4194304", "refused for the page it needs, not a chunk")
 				require.ErrorContains(t, err, "65536 more bytes would exceed the pinned-memory limit of 65536 bytes (65536 pinned)")
 			}

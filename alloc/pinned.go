@@ -331,9 +331,11 @@ type pinFailure struct {
 
 func (e pinFailure) Unwrap() error { return e.error }
 
-// pinReport is an allocator's error for a failed pin: "allocator: cause",
-// one sentence, over the whole chain (ErrPinFailed, ErrOutOfMemory, the
-// device's) for errors.Is.
+// pinReport is an allocator's error for a failed pin: "allocator: heap:
+// cause", one sentence, over the pin's chain (ErrPinFailed, the device's or
+// the limit's) for errors.Is. Not over the heap's ErrOutOfMemory that
+// carried it up: memory was there, the lock was refused, and a caller
+// testing errors.Is(err, ErrOutOfMemory) would take the wrong remedy.
 type pinReport struct {
 	msg string
 	err error
@@ -346,7 +348,7 @@ func (e *pinReport) Unwrap() error { return e.err }
 func (a *Allocator) heapError(err error) error {
 	var pf pinFailure
 	if errors.As(err, &pf) {
-		return &pinReport{msg: fmt.Sprintf("%v: %s: %v", a, pf.heap, pf.error), err: err}
+		return &pinReport{msg: fmt.Sprintf("%v: %s: %v", a, pf.heap, pf.error), err: pf.error}
 	}
 	return fmt.Errorf("%v: %w", a, err)
 }

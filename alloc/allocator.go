@@ -410,10 +410,10 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 // defer a.Destroy().
 func (a *Allocator) Destroy() error {
 	if a.handle < firstRuntimeHandle {
-		return fmt.Errorf("%w: %v is predefined and cannot be destroyed", ErrInvalidArgument, a)
+		return fmt.Errorf("%v: %w: a predefined allocator cannot be destroyed", a, ErrInvalidArgument)
 	}
 	if !a.destroyed.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: %v", ErrDestroyed, a)
+		return fmt.Errorf("%v: %w", a, ErrDestroyed)
 	}
 	// An allocation that started before the flag was set may still be
 	// counting its block: wait for it, so that the live count read next is
@@ -428,7 +428,7 @@ func (a *Allocator) Destroy() error {
 		a.ptn.destroyed()
 	}
 	if n := a.shards.live(); n > 0 {
-		err := fmt.Errorf("%w: %v: %d %s (%d bytes) still allocated", ErrLiveBlocks, a, n, plural(n, "block", "blocks"), a.Stats().BytesLive)
+		err := fmt.Errorf("%v: %w: %d %s (%d bytes) still allocated", a, ErrLiveBlocks, n, plural(n, "block", "blocks"), a.Stats().BytesLive)
 		warn.Emit(warn.LiveBlocks, "alloc", err.Error(), err)
 		return err
 	}

@@ -130,9 +130,9 @@ func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 		return nb
 	}
 	p := unsafe.Pointer(unsafe.SliceData(buf))
-	info, err := b.owned(buf, "Reallocate")
+	info, err := b.owned(buf, "Reallocate", size)
 	if err != nil {
-		panic(b.fail("Reallocate", size, err))
+		panic(failOwned(err))
 	}
 	moved := uintptr(size) > info.Room || uintptr(p)%ByteAlignment != 0
 	if !moved {
@@ -171,9 +171,9 @@ func (b ArrowAllocator) Free(buf []byte) {
 		b.add(-int64(old))
 		return
 	}
-	info, err := b.owned(buf, "Free")
+	info, err := b.owned(buf, "Free", len(buf))
 	if err != nil {
-		panic(b.fail("Free", len(buf), err))
+		panic(failOwned(err))
 	}
 	if err := Free(unsafe.Pointer(unsafe.SliceData(buf))); err != nil {
 		panic(b.fail("Free", len(buf), err))
@@ -182,24 +182,34 @@ func (b ArrowAllocator) Free(buf []byte) {
 }
 
 // owned checks that buf is a block of b's allocator (or its fallbacks).
-func (b ArrowAllocator) owned(buf []byte, op string) (BlockInfo, error) {
-	info, err := inspectSlice(unsafe.Pointer(unsafe.SliceData(buf)), "ArrowAllocator."+op)
+func (b ArrowAllocator) owned(buf []byte, op string, size int) (BlockInfo, error) {
+	what := b.op(op, size)
+	info, err := inspectSlice(unsafe.Pointer(unsafe.SliceData(buf)), what)
 	if err != nil {
 		return BlockInfo{}, err
 	}
-	if err := checkOwner(b.a, info, "ArrowAllocator."+op); err != nil {
+	if err := checkOwner(b.a, info, what); err != nil {
 		return BlockInfo{}, err
 	}
 	return info, nil
 }
 
 func (b ArrowAllocator) fail(op string, size int, err error) error {
+	return fmt.Errorf("ompalloc: alloc: %s: %w", b.op(op, size), err)
+}
+
+// op names an operation of b for its errors: ArrowAllocator(a).Free(n).
+func (b ArrowAllocator) op(op string, size int) string {
 	var who any = b.a
 	if b.other != nil {
 		who = b.other
 	}
-	return fmt.Errorf("ompalloc: alloc: ArrowAllocator(%v).%s(%d): %w", who, op, size, err)
+	return fmt.Sprintf("ArrowAllocator(%v).%s(%d)", who, op, size)
 }
+
+// failOwned is the panic value of owned's error, which names the
+// operation already.
+func failOwned(err error) error { return fmt.Errorf("ompalloc: alloc: %w", err) }
 
 // allocateOther is Allocate through an Interface that is not an *Allocator.
 func (b ArrowAllocator) allocateOther(size int) []byte {

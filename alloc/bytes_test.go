@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -196,7 +197,12 @@ func TestBytesFailuresPanicWithSentinels(t *testing.T) {
 			err := recovered(t, tc.f)
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.text)
-			require.Contains(t, err.Error(), "ompalloc: alloc: ArrowAllocator(")
+			msg := err.Error()
+			require.True(t, strings.HasPrefix(msg, "ompalloc: alloc: ArrowAllocator("), "the operation first: %s", msg)
+			// Issue 22: the operation once (was "ArrowAllocator(a).Free(n):
+			// ArrowAllocator.Free: ..."), the sentinel once.
+			require.Equal(t, 1, strings.Count(msg, "ArrowAllocator"), "%s", msg)
+			require.Equal(t, 1, strings.Count(msg, tc.want.Error()), "%s", msg)
 		})
 	}
 	// Nothing was freed or corrupted by the refused calls.

@@ -86,6 +86,35 @@ func pointerError(err error) error {
 	return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
 }
 
+// opPointerError is the error of op(p) for the heap's error err, in Go's
+// order and each sentinel said once: "Free(0x...): block already freed",
+// "Free(0x...): invalid pointer: pointer was not allocated by this runtime"
+// (the heap's own text repeats the address). It matches ErrInvalidPointer
+// or ErrDoubleFree, and the heap's sentinel, with errors.Is.
+func opPointerError(op string, p unsafe.Pointer, err error) error {
+	cause := err
+	for _, s := range []error{heap.ErrDoubleFree, heap.ErrForeign, heap.ErrInvalid} {
+		if errors.Is(err, s) {
+			cause = s
+			break
+		}
+	}
+	if errors.Is(err, heap.ErrDoubleFree) {
+		return &opError{msg: fmt.Sprintf("%s(%p): %v", op, p, cause), errs: []error{err}}
+	}
+	return &opError{msg: fmt.Sprintf("%s(%p): %v: %v", op, p, ErrInvalidPointer, cause), errs: []error{ErrInvalidPointer, err}}
+}
+
+// opError is an error with its own one-line message over the chains it
+// wraps (for errors.Is).
+type opError struct {
+	msg  string
+	errs []error
+}
+
+func (e *opError) Error() string   { return e.msg }
+func (e *opError) Unwrap() []error { return e.errs }
+
 // sliceError explains a bad slice in a user's terms, in Go's order (the
 // operation, then the cause): a slice inside a block was re-sliced from
 // further in; a slice in memory no heap of ompalloc mapped never came from
@@ -113,8 +142,8 @@ func checkOwner(a *Allocator, info BlockInfo, what string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s: the memory came from %v, not from %v: free it with the allocator that made it",
-		ErrInvalidArgument, what, info.Allocator, a)
+	return fmt.Errorf("%s: %w: the memory came from %v, not from %v: free it with the allocator that made it",
+		what, ErrInvalidArgument, info.Allocator, a)
 }
 
 // resizeInPlace grows or shrinks the heap block at p to size where it lies,

@@ -93,7 +93,7 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 			return cmem.Ptr(q), nil
 		}
 		if refused {
-			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
+			return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
 		}
 	}
 	p, err := a.allocGeneral(size, align, zero)
@@ -137,10 +137,10 @@ func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer
 	counted := a.handle >= firstRuntimeHandle
 	if counted {
 		if !a.shards.t.Enter(&a.destroyed) {
-			return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
+			return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
 		}
 	} else if a.destroyed.Load() {
-		return a.failed(nil, fmt.Errorf("%w: %v", ErrDestroyed, a))
+		return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
 	}
 	var p unsafe.Pointer
 	var err error
@@ -308,10 +308,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 				return terr
 			}
 		}
-		if errors.Is(err, heap.ErrDoubleFree) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+		return opPointerError("Free", p, err)
 	}
 	if freedHook != nil {
 		freedHook()
@@ -361,10 +358,7 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 		if errors.Is(err, heap.ErrForeign) && isTarget(p) {
 			return nil, fmt.Errorf("%w: realloc of target memory %p", ErrNotSupported, p)
 		}
-		if errors.Is(err, heap.ErrDoubleFree) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+		return nil, opPointerError("Realloc", p, err)
 	}
 	if a == nil {
 		if a = owner(b.Owner); a == nil || a.destroyed.Load() {

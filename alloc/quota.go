@@ -31,8 +31,8 @@ func (a *Allocator) reservePool(size uintptr, foot int64) error {
 		return nil
 	}
 	if used, ok := reserve(&a.poolUsed, foot, int64(a.traits.PoolSize)); !ok {
-		return fmt.Errorf("%w: %v: %d bytes (%d with overhead) do not fit, %d of %d in use",
-			ErrPoolExhausted, a, size, foot, used, a.traits.PoolSize)
+		return fmt.Errorf("%v: %w: %d bytes (%d with overhead) do not fit, %d of %d in use",
+			a, ErrPoolExhausted, size, foot, used, a.traits.PoolSize)
 	}
 	return nil
 }

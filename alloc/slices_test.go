@@ -25,7 +25,7 @@ func TestFreeSliceChecksTheSlice(t *testing.T) {
 		text string
 	}{
 		{"another allocator", other, xs, ErrInvalidArgument,
-			"FreeSlice[float64]: the memory came from " + a.String() + ", not from " + other.String()},
+			"FreeSlice[float64]: invalid argument: the memory came from " + a.String() + ", not from " + other.String()},
 		{"re-sliced from further in", a, xs[1:], ErrInvalidPointer,
 			"FreeSlice[float64]: invalid pointer: the slice does not start where its block does (re-sliced from further in): free the slice Make returned"},
 		{"grown by append", a, grown, ErrInvalidPointer,

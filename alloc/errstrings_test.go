@@ -1,0 +1,113 @@
+package alloc
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Issue 22, item 2: errors read in Go's order (the operation or allocator
+// first, then the cause), say each sentinel once, match every sentinel
+// they name with errors.Is, and none they do not (a refused pin is not a
+// lack of memory). Before: "allocator destroyed: allocator#1024(...)",
+// "allocator pool exhausted: allocator#1025(...): ...", "block already
+// freed: 0x...", and pin failures matching ErrOutOfMemory.
+func TestErrorStringsShape(t *testing.T) {
+	t.Setenv(PinnedLimitEnv, "")
+	var goMem [64]byte
+	for _, tc := range []struct {
+		name   string
+		err    func(t *testing.T) (err error, prefix string)
+		is     []error // each matched, its text said exactly once
+		not    []error // not matched
+		notPre string  // the message must not start with this
+	}{
+		{"Free of a pointer from the Go heap", func(t *testing.T) (error, string) {
+			return Free(unsafe.Pointer(&goMem[8])), "Free(0x"
+		}, []error{ErrInvalidPointer}, []error{ErrDoubleFree}, "invalid pointer"},
+		{"double free", func(t *testing.T) (error, string) {
+			a := mustNew(t, memspace.Default, WithFallback(traits.NullFb))
+			p, err := a.Alloc(100)
+			require.NoError(t, err)
+			require.NoError(t, Free(p))
+			return Free(p), "Free(0x"
+		}, []error{ErrDoubleFree}, []error{ErrInvalidPointer}, "block already freed"},
+		{"Realloc of a pointer from the Go heap", func(t *testing.T) (error, string) {
+			_, err := Realloc(unsafe.Pointer(&goMem[8]), 100, nil)
+			return err, "Realloc(0x"
+		}, []error{ErrInvalidPointer}, nil, "invalid pointer"},
+		{"pool_size exceeded under null_fb", func(t *testing.T) (error, string) {
+			a := mustNew(t, memspace.Default, WithPoolSize(4096), WithFallback(traits.NullFb))
+			_, err := a.Alloc(8192)
+			return err, a.String() + ": "
+		}, []error{ErrPoolExhausted}, []error{ErrOutOfMemory}, "allocator pool exhausted"},
+		{"pinned-bytes limit under null_fb", func(t *testing.T) (error, string) {
+			Trim()
+			old := SetPinnedLimit(64 << 10)
+			t.Cleanup(func() { SetPinnedLimit(old); Trim() })
+			a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+			_, err := a.Alloc(1 << 20)
+			return err, a.String() + ": "
+		}, []error{ErrPinFailed}, []error{ErrOutOfMemory}, "out of memory"},
+		{"the lock refused under null_fb", func(t *testing.T) (error, string) {
+			Trim()
+			a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
+			armFault(t, fault.PinLock, 0, nil)
+			_, err := a.Alloc(8 << 20)
+			return err, a.String() + ": "
+		}, []error{ErrPinFailed, fault.ErrInjected}, []error{ErrOutOfMemory}, "out of memory"},
+		{"Alloc after Destroy", func(t *testing.T) (error, string) {
+			a, err := New(memspace.Default)
+			require.NoError(t, err)
+			require.NoError(t, a.Destroy())
+			_, err = a.Alloc(10)
+			return err, a.String() + ": "
+		}, []error{ErrDestroyed}, nil, "allocator destroyed"},
+		{"Destroy twice", func(t *testing.T) (error, string) {
+			a, err := New(memspace.Default)
+			require.NoError(t, err)
+			require.NoError(t, a.Destroy())
+			return a.Destroy(), a.String() + ": "
+		}, []error{ErrDestroyed}, nil, "allocator destroyed"},
+		{"Destroy with a live block", func(t *testing.T) (error, string) {
+			a, err := New(memspace.Default)
+			require.NoError(t, err)
+			p, err := a.Alloc(10)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, Free(p)) })
+			return a.Destroy(), a.String() + ": "
+		}, []error{ErrLiveBlocks}, nil, "allocator destroyed"},
+		{"Destroy of a predefined allocator", func(t *testing.T) (error, string) {
+			return Default().Destroy(), Default().String() + ": "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"a bad pin device", func(t *testing.T) (error, string) {
+			_, err := New(memspace.Default, WithPinned(true), WithPinDevice(99))
+			return err, "invalid allocator trait omp_atk_pin_device=99: device 99: "
+		}, []error{ErrInvalidTrait}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err, prefix := tc.err(t)
+			require.Error(t, err)
+			msg := err.Error()
+			t.Log(msg)
+			require.True(t, strings.HasPrefix(msg, prefix), "%q does not start with %q", msg, prefix)
+			if tc.notPre != "" {
+				require.False(t, strings.HasPrefix(msg, tc.notPre), "%q starts with its cause", msg)
+			}
+			for _, s := range tc.is {
+				require.ErrorIs(t, err, s)
+				require.Equal(t, 1, strings.Count(msg, s.Error()), "%q said once in %q", s, msg)
+			}
+			for _, s := range tc.not {
+				require.NotErrorIs(t, err, s)
+			}
+			require.NotContains(t, msg, "ompalloc: ", "a library's error does not name the library")
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -86,6 +87,11 @@ func TestErrorStringsShape(t *testing.T) {
 		{"Destroy of a predefined allocator", func(t *testing.T) (error, string) {
 			return Default().Destroy(), Default().String() + ": "
 		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"a target memory space on a bad device", func(t *testing.T) (error, string) {
+			a := mustNew(t, memspace.TargetDevice, WithTrait(traits.PreferredDevice, 99), WithFallback(traits.NullFb))
+			_, err := a.Alloc(100)
+			return err, a.String() + ": device error: device 99: "
+		}, []error{ErrDevice, target.ErrBadDevice}, []error{ErrOutOfMemory}, "device error"},
 		{"a bad pin device", func(t *testing.T) (error, string) {
 			_, err := New(memspace.Default, WithPinned(true), WithPinDevice(99))
 			return err, "invalid allocator trait omp_atk_pin_device=99: device 99: "
@@ -110,4 +116,22 @@ func TestErrorStringsShape(t *testing.T) {
 			require.NotContains(t, msg, "ompalloc: ", "a library's error does not name the library")
 		})
 	}
+}
+
+// A chain of fallbacks that all fail names each allocator once, the one
+// asked first (was "...; its fallback allocator#1027(...) failed too:
+// allocator#1027(...): ...").
+func TestFallbackChainErrorNamesEachAllocatorOnce(t *testing.T) {
+	b := mustNew(t, memspace.Default, WithPoolSize(4096), WithFallback(traits.NullFb))
+	c := mustNew(t, memspace.Default, WithPoolSize(4096), WithFallbackAllocator(b))
+	d := mustNew(t, memspace.Default, WithPoolSize(4096), WithFallbackAllocator(c))
+	_, err := d.Alloc(8192)
+	require.ErrorIs(t, err, ErrPoolExhausted)
+	msg := err.Error()
+	t.Log(msg)
+	require.True(t, strings.HasPrefix(msg, d.String()+": allocator pool exhausted: "), "%s", msg)
+	for _, a := range []*Allocator{b, c, d} {
+		require.Equal(t, 1, strings.Count(msg, a.String()+":"), "%s named once in %s", a, msg)
+	}
+	require.Equal(t, 2, strings.Count(msg, "; its fallback failed too: "), "%s", msg)
 }

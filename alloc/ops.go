@@ -267,8 +267,9 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 			return q, nil
 		}
 		// Keep the first cause (errors.Is ErrPinFailed, say) and the
-		// allocator that was asked.
-		return nil, fmt.Errorf("%w; its fallback %v failed too: %w", cause, fb, err)
+		// allocator that was asked. The fallback's error names it first:
+		// naming it here too said it twice.
+		return nil, fmt.Errorf("%w; its fallback failed too: %w", cause, err)
 	}
 	return nil, cause // null_fb
 }

@@ -85,24 +85,24 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	}
 	d, err := target.Get(dev)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
+		return nil, fmt.Errorf("%v: %w: %w", a, ErrDevice, err)
 	}
 	if zero && tb.kind == plugin.MemDevice && !d.IsHost() {
-		return nil, fmt.Errorf("%w: zeroed device memory from %v", ErrNotSupported, a)
+		return nil, fmt.Errorf("%v: %w: zeroed device memory", a, ErrNotSupported)
 	}
 	pooled := tb.kind == plugin.MemDevice && !d.IsHost()
 	base, err := targetAllocOn(d, tb.kind, size, pooled)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v: %w", ErrDevice, a, err)
+		return nil, fmt.Errorf("%v: %w: %w", a, ErrDevice, err)
 	}
 	p, extra := base, uintptr(0)
 	if base%align != 0 {
 		if err := targetFreeOn(d, tb.kind, base, pooled); err != nil {
-			return nil, fmt.Errorf("%w: %v: free of a misaligned block to allocate it again: %w", ErrDevice, a, err)
+			return nil, fmt.Errorf("%v: %w: free of a misaligned block to allocate it again: %w", a, ErrDevice, err)
 		}
 		extra = align - 1
 		if size+extra < size {
-			return nil, fmt.Errorf("%w: %v: %d bytes aligned to %d", ErrTooLarge, a, size, align)
+			return nil, fmt.Errorf("%v: %w: %d bytes aligned to %d", a, ErrTooLarge, size, align)
 		}
 		if a.traits.PoolSize > 0 {
 			if err := a.reservePool(size+extra, int64(extra)); err != nil {
@@ -113,7 +113,7 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 			if a.traits.PoolSize > 0 {
 				a.releasePool(int64(extra))
 			}
-			return nil, fmt.Errorf("%w: %v: %d bytes aligned to %d: %w", ErrDevice, a, size, align, err)
+			return nil, fmt.Errorf("%v: %w: %d bytes aligned to %d: %w", a, ErrDevice, size, align, err)
 		}
 		p = (base + extra) &^ extra
 	}

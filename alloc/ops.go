@@ -72,23 +72,23 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		if a.handle < firstRuntimeHandle {
 			// Predefined allocators are never destroyed: no flag to check,
 			// nothing in flight to count.
-			q, _, err := a.heap.AllocCounted(size, max(a.align, align), a.id, zero, a.shards.t)
+			q, _, smp, err := a.heap.AllocSampled(size, max(a.align, align), a.id, zero, a.shards.t)
 			if err != nil {
 				p, err := a.fallbackCounted(size, align, zero, a.heapError(err), false)
 				return a.sampled(size, p, err)
 			}
-			if memsample.On() && memsample.Tick(size) { // the heap profile (memprof): one load when off
-				a.record(q, size)
+			if smp != heap.SampleSkip { // the heap profile (memprof): counted down in the heap's pinned section
+				a.sampleBlock(q, size, smp)
 			}
 			return cmem.Ptr(q), nil
 		}
 		// A runtime allocator's cached block: Enter, the destroyed check,
 		// the pop and Exit in one pinned section (where membarrier is
 		// registered; see heap.Tally.Enter).
-		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
+		q, _, smp, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
 		if ok {
-			if memsample.On() && memsample.Tick(size) {
-				a.record(q, size)
+			if smp != heap.SampleSkip {
+				a.sampleBlock(q, size, smp)
 			}
 			return cmem.Ptr(q), nil
 		}
@@ -107,6 +107,15 @@ func (a *Allocator) sampled(size uintptr, p unsafe.Pointer, err error) (unsafe.P
 		a.record(uintptr(p), size)
 	}
 	return p, err
+}
+
+// sampleBlock records the block at q for the heap profile when the heap's
+// countdown took it, or, where the heap did not count it down (SampleAsk),
+// when memsample's own does.
+func (a *Allocator) sampleBlock(q, size uintptr, smp heap.Sample) {
+	if smp == heap.SampleTake || smp == heap.SampleAsk && memsample.On() && memsample.Tick(size) {
+		a.record(q, size)
+	}
 }
 
 // record keeps the block at p, sampled for the heap profile, with its

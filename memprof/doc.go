@@ -19,8 +19,9 @@
 // runtime.Callers, and the figures scaled up by the chance each sampled
 // block had of being sampled. Off (Rate 0, the default) the allocation path
 // reads one flag and the free path one counter; on at DefaultRate a 64 B
-// allocation adds a countdown in a per-P slot (see the README for the
-// measured cost). Rate 1 samples every allocation.
+// allocation adds a countdown in its P's slot, kept in the pinned section
+// that takes the block (see the README for the measured cost). Rate 1
+// samples every allocation.
 //
 // Importing the package also publishes the pinned pools' figures as the
 // expvar variable "ompalloc" (locked, idle, chunks, lock calls, far

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
@@ -242,22 +243,31 @@ func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint
 }
 
 // AllocCounted is Alloc that also counts the block in t (nil: nowhere);
-// Free counts it out of the tally registered for owner (SetTally). The
-// common case is one pinned section: pop a cached slot, count it.
+// Free counts it out of the tally registered for owner (SetTally).
 func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, err error) {
+	p, footprint, _, err = h.AllocSampled(size, align, owner, zero, t)
+	return p, footprint, err
+}
+
+// AllocSampled is AllocCounted that also counts the block down to the next
+// heap-profile sample in t's shard (smp; SampleAsk where it did not). The
+// common case is one pinned section: pop a cached slot, count it, count
+// it down.
+func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, smp Sample, err error) {
 	if align < minAlign {
 		align = minAlign
 	}
 	if size > maxAlloc || align > maxAlloc {
-		return 0, 0, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
+		return 0, 0, SampleAsk, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
 	}
 	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
 	if c >= 0 && owner > maxOwner {
-		return 0, 0, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
+		return 0, 0, SampleAsk, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
 	}
 	if c < 0 {
-		return h.allocLarge(size, align, owner, zero, t)
+		p, footprint, err = h.allocLarge(size, align, owner, zero, t)
+		return p, footprint, SampleAsk, err
 	}
 	footprint = classSize[c]
 	var slot uintptr
@@ -271,7 +281,19 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 			l.head = link(slot)
 			l.n--
 			if t != nil {
-				counted, sample = t.countPinned(pid, true, int64(size), int64(footprint))
+				var sh *tallyShard
+				if counted, sample, sh = t.countPinned(pid, true, int64(size), int64(footprint)); counted {
+					// The heap-profile countdown (see Sample), written out here: a
+					// function holding it would be over the inlining budget.
+					smp = SampleSkip
+					if g := memsample.Gen(); g != 0 {
+						sh.guard.Lock()
+						if sh.cd.Take(int64(size), g) {
+							smp = SampleTake
+						}
+						sh.guard.Unlock()
+					}
+				}
 			}
 		}
 		pc.guard.Unlock()
@@ -279,18 +301,19 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 	pcpu.Unpin()
 	if slot == 0 {
 		if slot, err = h.refill(c); err != nil {
-			return 0, 0, err
+			return 0, 0, SampleAsk, err
 		}
 	}
 	if t != nil && !counted {
 		t.CountAlloc(int64(size), int64(footprint))
+		smp = SampleAsk
 	} else if sample {
 		t.SamplePeak()
 	}
 	if zero {
-		return h.handOutZeroed(slot, off, size, owner), footprint, nil
+		return h.handOutZeroed(slot, off, size, owner), footprint, smp, nil
 	}
-	return h.handOut(slot, off, size, owner), footprint, nil
+	return h.handOut(slot, off, size, owner), footprint, smp, nil
 }
 
 // AllocGuarded serves an owner whose closing waits for its allocations in
@@ -303,10 +326,11 @@ func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tal
 // barrier for the counts of frees). ok false (no
 // barrier, a huge block, nothing cached for the size, a P without a cache
 // or shard yet) means nothing was done: the caller takes the general path
-// between Enter and Exit. refused: closed was set.
-func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
+// between Enter and Exit. refused: closed was set. smp is what the P's
+// heap-profile countdown decided (see Sample).
+func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, smp Sample, ok, refused bool) {
 	if !pcpu.HasBarrier {
-		return 0, 0, false, false
+		return 0, 0, SampleAsk, false, false
 	}
 	if align < minAlign {
 		align = minAlign
@@ -315,12 +339,12 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 		return h.allocSpanGuarded(size, align, owner, zero, t, closed)
 	}
 	if owner > maxOwner {
-		return 0, 0, false, false
+		return 0, 0, SampleAsk, false, false
 	}
 	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
 	if c < 0 {
-		return 0, 0, false, false
+		return 0, 0, SampleAsk, false, false
 	}
 	footprint = classSize[c]
 	var slot uintptr
@@ -338,7 +362,17 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 			if slot = l.head; slot != 0 {
 				l.head = link(slot)
 				l.n--
-				_, sample = t.countPinned(pid, true, int64(size), int64(footprint)) // pid has a shard
+				_, sample, _ = t.countPinned(pid, true, int64(size), int64(footprint)) // pid has a shard
+				// The heap-profile countdown (see Sample), written out here: a
+				// function holding it would be over the inlining budget.
+				smp = SampleSkip
+				if g := memsample.Gen(); g != 0 {
+					sh.guard.Lock()
+					if sh.cd.Take(int64(size), g) {
+						smp = SampleTake
+					}
+					sh.guard.Unlock()
+				}
 			}
 			pc.guard.Unlock()
 		}
@@ -346,22 +380,22 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 	}
 	pcpu.Unpin()
 	if slot == 0 {
-		return 0, 0, false, refused
+		return 0, 0, SampleAsk, false, refused
 	}
 	if sample {
 		t.SamplePeak()
 	}
 	if zero {
-		return h.handOutZeroed(slot, off, size, owner), footprint, true, false
+		return h.handOutZeroed(slot, off, size, owner), footprint, smp, true, false
 	}
-	return h.handOut(slot, off, size, owner), footprint, true, false
+	return h.handOut(slot, off, size, owner), footprint, smp, true, false
 }
 
 // allocSpanGuarded is AllocGuarded for a medium block: a span of the P's
 // cache (see cacheSpan), taken in the one pinned section.
-func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
+func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, smp Sample, ok, refused bool) {
 	if size > maxMedium || align > maxMedium {
-		return 0, 0, false, false
+		return 0, 0, SampleAsk, false, false
 	}
 	foot := roundUp(size, pageSize)
 	var s *span
@@ -376,7 +410,17 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 			pc := cs[pid]
 			pc.guard.Lock()
 			if s = pc.takeSpan(foot/pageSize, align); s != nil {
-				_, sample = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
+				_, sample, _ = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
+				// The heap-profile countdown (see Sample), written out here: a
+				// function holding it would be over the inlining budget.
+				smp = SampleSkip
+				if g := memsample.Gen(); g != 0 {
+					sh.guard.Lock()
+					if sh.cd.Take(int64(size), g) {
+						smp = SampleTake
+					}
+					sh.guard.Unlock()
+				}
 			}
 			pc.guard.Unlock()
 		}
@@ -384,7 +428,7 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 	}
 	pcpu.Unpin()
 	if s == nil {
-		return 0, 0, false, refused
+		return 0, 0, SampleAsk, false, refused
 	}
 	if sample {
 		t.SamplePeak()
@@ -394,7 +438,7 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 	if zero {
 		h.zeroBlock(s.base, size)
 	}
-	return s.base, s.size + descSize, true, false
+	return s.base, s.size + descSize, smp, true, false
 }
 
 // handOut writes the header of a slot taken for a block and returns the

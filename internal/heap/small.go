@@ -254,7 +254,7 @@ func (h *Heap) freeSlot(pid, c int, slot uintptr, b Block) {
 	pc.guard.Lock()
 	counted := t == nil
 	if !counted {
-		counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
+		counted, _, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
 	}
 	l := &pc.lists[c]
 	setLink(slot, l.head)

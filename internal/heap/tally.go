@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
@@ -48,8 +49,25 @@ type tallyShard struct {
 	// form a store-then-load handshake with the owner's closed flag (see
 	// Enter); every access to it is atomic.
 	inflight int64
-	_        [128 - 7*8 - unsafe.Sizeof(pcpu.Guard{})]byte
+	// cd is this owner's countdown to the next heap-profile sample on this
+	// P, counted down with the block's count in the same pinned section
+	// (see Sample).
+	cd memsample.Countdown
+	_  [128 - 7*8 - unsafe.Sizeof(memsample.Countdown{}) - unsafe.Sizeof(pcpu.Guard{})]byte
 }
+
+// Sample is what an allocation's countdown to the next heap-profile sample
+// (package memsample) decided. The hot paths count it down in the tally
+// shard they count the block in, under the pin they already hold: one
+// load while profiling is off, a subtract and two compares while it is on,
+// where a Tick of its own would pin the P a second time.
+type Sample uint8
+
+const (
+	SampleAsk  Sample = iota // not counted down here: ask memsample (On, Tick)
+	SampleSkip               // counted down (or profiling off): not sampled
+	SampleTake               // counted down: sample it
+)
 
 // PeakStep is how much a P's live bytes grow between two samples of the
 // peak.
@@ -79,13 +97,16 @@ func NewTally() *Tally {
 // countPinned counts an allocation or a free on P pid; the caller is pinned
 // to it. It reports false when the P
 // has no shard yet (GOMAXPROCS grew): the caller then counts with Count,
-// unpinned. sample says the peak should be sampled (after unpinning).
-func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample bool) {
+// unpinned. sample says the peak should be sampled (after unpinning). sh
+// is the P's shard (when ok), for the hot paths' heap-profile countdown
+// (see Sample): kept out of here, so that this stays small enough to
+// inline.
+func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample bool, sh *tallyShard) {
 	s := *t.shards.Load()
 	if pid >= len(s) {
-		return false, false
+		return false, false, nil
 	}
-	sh := s[pid]
+	sh = s[pid]
 	sh.guard.Lock()
 	if alloc {
 		sh.allocs++
@@ -101,13 +122,13 @@ func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample 
 		sh.foot -= foot
 	}
 	sh.guard.Unlock()
-	return true, sample
+	return true, sample, sh
 }
 
 // count counts an allocation or a free from unpinned code.
 func (t *Tally) count(alloc bool, bytes, foot int64) {
 	for {
-		ok, sample := t.countPinned(pcpu.Pin(), alloc, bytes, foot)
+		ok, sample, _ := t.countPinned(pcpu.Pin(), alloc, bytes, foot)
 		pcpu.Unpin()
 		if ok {
 			if sample {

@@ -6,9 +6,11 @@
 // sampled block until it is freed, and per stack and labels the totals of
 // sampled allocations and frees.
 //
-// alloc calls it: On (one load) after each successful allocation, Tick
-// while it is on, Record for a sampled block; Tracking (one load) before
-// each free, Forget while sampled blocks are live.
+// The countdown of the hot paths lives in the heap's per-P tally shards
+// (a Countdown each), taken in the pinned section that pops the block, so
+// that sampling costs no second pin; alloc calls Tick for the other paths
+// (On first: one load), Record for a sampled block, Tracking (one load)
+// before each free, Forget while sampled blocks are live.
 package memsample
 
 import (
@@ -23,14 +25,17 @@ import (
 )
 
 var (
-	on    atomic.Bool  // sampling on: Tick's callers ask
+	// gen is the SetRate in force while sampling is on, 0 while it is off:
+	// one load tells a countdown both whether to count and whether it was
+	// drawn under the current rate.
+	gen   atomic.Int64
 	rate  atomic.Int64 // mean bytes between samples; 0 off
 	live  atomic.Int64 // sampled blocks not yet freed: Forget's callers ask
-	epoch atomic.Int64 // bumped by SetRate: shards redraw their countdown
+	epoch atomic.Int64 // bumped by SetRate
 )
 
 // On reports whether sampling is on (a plain load on amd64 and arm64).
-func On() bool { return on.Load() }
+func On() bool { return gen.Load() != 0 }
 
 // Tracking reports whether any sampled block is live, so a free must ask
 // Forget.
@@ -40,7 +45,9 @@ func Tracking() bool { return live.Load() != 0 }
 func Rate() int { return int(rate.Load()) }
 
 // SetRate sets the mean number of bytes between samples; 0 stops sampling
-// (blocks already sampled stay in the profile until freed).
+// (blocks already sampled stay in the profile until freed). Every
+// countdown redraws under the new rate at its next allocation (it sees a
+// new gen), so that the rate holds from then on.
 func SetRate(n int) {
 	if n < 0 {
 		n = 0
@@ -48,46 +55,113 @@ func SetRate(n int) {
 	mu.Lock()
 	defer mu.Unlock()
 	rate.Store(int64(n))
-	epoch.Add(1)
-	if n > 0 {
-		// Fresh countdowns, so that the new rate holds from the next
-		// allocation on (an old countdown may be far from its end).
-		s := make([]shard, runtime.GOMAXPROCS(0))
-		shards.Store(&s)
-		slowMu.Lock()
-		slow.next = 0
-		slowMu.Unlock()
+	e := epoch.Add(1)
+	if n == 0 {
+		e = 0
 	}
-	on.Store(n > 0)
+	gen.Store(e)
 }
 
-// shard is one P's countdown, padded to its own cache lines.
+// Countdown is one stream's distance to its next sample. Its owner keeps
+// it where only one goroutine touches it at a time: a P's shard, used
+// while pinned to that P (the heap's tally shards, this package's own for
+// Tick). Each stream of allocations counted down apart is sampled at the
+// rate on its own: the draws are exponential (memoryless), so every byte
+// has the same chance, whichever stream counts it.
+type Countdown struct {
+	next int64  // bytes until the next sample
+	gen  int64  // the gen the countdown was drawn under
+	rng  uint64 // xorshift state
+}
+
+// Gen returns the gen a countdown is drawn under (0: sampling off); pass
+// it to Take.
+func Gen() int64 { return gen.Load() }
+
+// Take counts an allocation of size bytes down under g, Gen's value (not
+// 0: the caller skips the countdown while sampling is off), and reports
+// whether to sample it. It is on the hot path of every allocation while
+// sampling is on: a subtract and two compares until the countdown runs out.
+func (c *Countdown) Take(size, g int64) bool {
+	c.next -= size
+	if c.next >= 0 && c.gen == g {
+		return false
+	}
+	return c.cross(size, g)
+}
+
+// cross draws the next countdown once this one ran out (or was drawn under
+// another rate), and reports whether the allocation is sampled.
+//
+//go:noinline
+func (c *Countdown) cross(size, g int64) bool {
+	if c.gen != g {
+		// First countdown under this rate: draw one and count this
+		// allocation against it.
+		c.gen = g
+		if c.rng == 0 {
+			c.rng = (uint64(time.Now().UnixNano())^uint64(uintptr(unsafe.Pointer(c))))*0x9e3779b97f4a7c15 | 1
+		}
+		if c.next = c.draw() - size; c.next >= 0 {
+			return false
+		}
+	}
+	c.next = c.draw()
+	return rate.Load() > 0
+}
+
+// draw returns an exponentially distributed distance with mean Rate, as
+// the runtime's fastexprand does for MemProfileRate.
+func (c *Countdown) draw() int64 {
+	r := rate.Load()
+	if r <= 0 {
+		return 1 << 40 // off: look again after a TiB
+	}
+	if r == 1 {
+		return 0 // every allocation, as MemProfileRate = 1
+	}
+	x := c.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	c.rng = x
+	u := (float64(x>>11) + 0.5) / (1 << 53) // in (0, 1)
+	d := -math.Log(u) * float64(r)
+	if d > 1<<40 {
+		d = 1 << 40
+	}
+	return int64(d)
+}
+
+// shard is one P's countdown for Tick, padded to its own cache lines.
 type shard struct {
 	guard pcpu.Guard
-	next  int64  // bytes until the next sample
-	epoch int64  // the SetRate the countdown was drawn under
-	rng   uint64 // xorshift state
-	_     [128 - 3*8 - unsafe.Sizeof(pcpu.Guard{})]byte
+	cd    Countdown
+	_     [128 - unsafe.Sizeof(Countdown{}) - unsafe.Sizeof(pcpu.Guard{})]byte
 }
 
 var (
 	shards atomic.Pointer[[]shard]
 	slowMu sync.Mutex
-	slow   shard // for Ps past the shards (GOMAXPROCS grew)
+	slow   Countdown // for Ps past the shards (GOMAXPROCS grew)
 )
 
-// Tick counts an allocation of size bytes and reports whether to sample it.
-// The countdown is kept short: it is on every allocation's path while
-// sampling is on.
+func init() {
+	s := make([]shard, runtime.GOMAXPROCS(0))
+	shards.Store(&s)
+}
+
+// Tick counts an allocation of size bytes made outside the heap's hot
+// paths (which count down in their own tally shards) and reports whether
+// to sample it.
 func Tick(size uintptr) bool {
 	pid := pcpu.Pin()
-	if s := shards.Load(); s != nil && uint(pid) < uint(len(*s)) {
-		sh := &(*s)[pid]
+	if s := *shards.Load(); uint(pid) < uint(len(s)) {
+		sh := &s[pid]
 		sh.guard.Lock()
-		sh.next -= int64(size)
 		hit := false
-		if sh.next < 0 {
-			hit = sh.hit(int64(size), pid)
+		if g := gen.Load(); g != 0 {
+			hit = sh.cd.Take(int64(size), g)
 		}
 		sh.guard.Unlock()
 		pcpu.Unpin()
@@ -96,49 +170,8 @@ func Tick(size uintptr) bool {
 	pcpu.Unpin()
 	slowMu.Lock()
 	defer slowMu.Unlock()
-	slow.next -= int64(size)
-	return slow.next < 0 && slow.hit(int64(size), -1)
-}
-
-// hit draws the next countdown once this one ran out, and reports whether
-// the allocation is sampled.
-func (sh *shard) hit(size int64, pid int) bool {
-	if e := epoch.Load(); sh.epoch != e {
-		// First countdown under this rate (SetRate changed it since): draw
-		// one and count this allocation against it.
-		sh.epoch = e
-		if sh.rng == 0 {
-			sh.rng = uint64(time.Now().UnixNano()) | 1 + uint64(pid+2)*0x9e3779b97f4a7c15
-		}
-		if sh.next = sh.draw() - size; sh.next >= 0 {
-			return false
-		}
-	}
-	sh.next = sh.draw()
-	return rate.Load() > 0
-}
-
-// draw returns an exponentially distributed distance with mean Rate, as
-// the runtime's fastexprand does for MemProfileRate.
-func (sh *shard) draw() int64 {
-	r := rate.Load()
-	if r <= 0 {
-		return 1 << 40 // off: look again after a TiB
-	}
-	if r == 1 {
-		return 0 // every allocation, as MemProfileRate = 1
-	}
-	x := sh.rng
-	x ^= x << 13
-	x ^= x >> 7
-	x ^= x << 17
-	sh.rng = x
-	u := (float64(x>>11) + 0.5) / (1 << 53) // in (0, 1)
-	d := -math.Log(u) * float64(r)
-	if d > 1<<40 {
-		d = 1 << 40
-	}
-	return int64(d)
+	g := gen.Load()
+	return g != 0 && slow.Take(int64(size), g)
 }
 
 // Labels are what a sampled block is labelled with in the profile.

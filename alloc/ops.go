@@ -311,7 +311,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	if memsample.Tracking() { // sampled blocks live: one load otherwise
 		memsample.Forget(uintptr(p))
 	}
-	b, err := heap.Free(uintptr(p))
+	b, t, err := heap.FreeCounted(uintptr(p))
 	if err != nil {
 		if errors.Is(err, heap.ErrForeign) {
 			if ok, terr := freeTarget(p); ok {
@@ -327,7 +327,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	// heap.Free counted the block out, a destroyed owner may have been
 	// released by the free of its last other block and its number given to
 	// a new allocator, whose quota this free must not credit.
-	a := ownerOfTally(b.Tally)
+	a := ownerOfTally(t)
 	if a == nil {
 		return nil // cannot happen: owners register their tally before they allocate
 	}

@@ -264,25 +264,24 @@ func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
 // freeLarge frees the large block at p, whose span is s; the caller
 // (Free) is pinned to P pid, and freeLarge unpins. Only the span (Go
 // memory) is read, never the block's pages.
-func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, error) {
+func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, *Tally, error) {
 	if p != s.base {
 		pcpu.Unpin()
-		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		return Block{}, nil, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	// The state change decides which of two racing frees wins.
 	if !s.state.CompareAndSwap(spanLarge, spanRetained) {
 		st := s.state.Load()
 		pcpu.Unpin()
 		if st == spanRetained || st == spanDead {
-			return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
+			return Block{}, nil, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 		}
-		return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
+		return Block{}, nil, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
-	t := tallyOf(b.Owner) // before the block is counted out (see Block.Tally)
-	b.Tally = t
+	t := tallyOf(b.Owner)                            // before the block is counted out (see FreeCounted)
 	if ch.huge == nil && h.cacheSpan(pid, s, b, t) { // unpins
-		return b, nil
+		return b, t, nil
 	}
 	if ch.huge != nil {
 		pcpu.Unpin()
@@ -293,7 +292,7 @@ func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, error) 
 	h.mu.Lock()
 	defer h.unlock()
 	h.keepOrFree(s)
-	return b, nil
+	return b, t, nil
 }
 
 // keepOrFree parks a freed large span (state retained) in the central

@@ -21,7 +21,7 @@ import (
 type Tally struct {
 	shards atomic.Pointer[[]*tallyShard]
 	peak   atomic.Int64
-	owner  unsafe.Pointer // the owner's object, for Block.Tally's readers (SetOwner)
+	owner  unsafe.Pointer // the owner's object, for FreeCounted's callers (SetOwner)
 }
 
 // SetOwner records the object that owns t (before t is registered). Free

@@ -1,7 +1,6 @@
 package examples_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -13,53 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/mdsnippet"
 	"github.com/stretchr/testify/require"
 )
-
-// snippet is one ```go block of a Markdown file.
-type snippet struct {
-	line int // where the block starts
-	code string
-}
-
-// goSnippets returns the ```go blocks of the Markdown text.
-func goSnippets(md string) []snippet {
-	var out []snippet
-	var cur *strings.Builder
-	start := 0
-	sc := bufio.NewScanner(strings.NewReader(md))
-	for n := 1; sc.Scan(); n++ {
-		l := sc.Text()
-		switch {
-		case cur == nil && strings.TrimSpace(l) == "```go":
-			cur, start = new(strings.Builder), n
-		case cur != nil && strings.TrimSpace(l) == "```":
-			out = append(out, snippet{line: start, code: cur.String()})
-			cur = nil
-		case cur != nil:
-			cur.WriteString(l + "\n")
-		}
-	}
-	return out
-}
-
-// wantOutput is the text of a trailing "// Output:" comment, as in
-// Example functions, and whether there is one.
-func wantOutput(code string) (string, bool) {
-	i := strings.LastIndex(code, "// Output:")
-	if i < 0 {
-		return "", false
-	}
-	var b strings.Builder
-	for _, l := range strings.Split(code[i:], "\n")[1:] {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "//") {
-			break
-		}
-		b.WriteString(strings.TrimSpace(strings.TrimPrefix(l, "//")) + "\n")
-	}
-	return b.String(), true
-}
 
 // stubModules are the stand-ins for third-party modules that snippets may
 // import (testdata/stubs/README.md), by module path.
@@ -82,7 +37,7 @@ func TestREADMESnippets(t *testing.T) {
 	require.NoError(t, err)
 	md, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
-	snips := goSnippets(string(md))
+	snips := mdsnippet.Go(string(md))
 	require.GreaterOrEqual(t, len(snips), 5, "the README's Go snippets (example, kmp, gonum, Arrow, gorgonia)")
 
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
@@ -111,11 +66,11 @@ func TestREADMESnippets(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), gosum, 0o644))
 	for i, s := range snips {
-		require.True(t, strings.HasPrefix(s.code, "package main\n"),
-			"README.md:%d: a Go snippet is a whole program (package main), so that this test can check it", s.line)
+		require.True(t, strings.HasPrefix(s.Code, "package main\n"),
+			"README.md:%d: a Go snippet is a whole program (package main), so that this test can check it", s.Line)
 		d := filepath.Join(dir, fmt.Sprintf("snippet%d", i))
 		require.NoError(t, os.Mkdir(d, 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(d, "main.go"), []byte(s.code), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "main.go"), []byte(s.Code), 0o644))
 	}
 
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
@@ -134,29 +89,16 @@ func TestREADMESnippets(t *testing.T) {
 	run(goBin, "build", "-o", bin+string(filepath.Separator), "./...")
 
 	for i, s := range snips {
-		t.Run(fmt.Sprintf("README.md:%d", s.line), func(t *testing.T) {
+		t.Run(fmt.Sprintf("README.md:%d", s.Line), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, fmt.Sprintf("snippet%d", i)))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
-			if want, ok := wantOutput(s.code); ok {
+			if want, ok := mdsnippet.WantOutput(s.Code); ok {
 				require.Equal(t, want, stdout.String())
 			}
 		})
 	}
-}
-
-func TestGoSnippetsParser(t *testing.T) {
-	md := "text\n```go\npackage main\n// Output:\n// 1\n// two\n```\n```sh\nls\n```\n```go\nx := 1\n```\n"
-	s := goSnippets(md)
-	require.Len(t, s, 2)
-	require.Equal(t, 2, s[0].line)
-	require.Equal(t, "package main\n// Output:\n// 1\n// two\n", s[0].code)
-	want, ok := wantOutput(s[0].code)
-	require.True(t, ok)
-	require.Equal(t, "1\ntwo\n", want)
-	_, ok = wantOutput(s[1].code)
-	require.False(t, ok)
 }

@@ -1,7 +1,6 @@
 package ecosystem
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -12,53 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/mdsnippet"
 	"github.com/stretchr/testify/require"
 )
-
-// snippet is one ```go block of a Markdown file.
-type snippet struct {
-	line int // where the block starts
-	code string
-}
-
-// goSnippets returns the ```go blocks of the Markdown text.
-func goSnippets(md string) []snippet {
-	var out []snippet
-	var cur *strings.Builder
-	start := 0
-	sc := bufio.NewScanner(strings.NewReader(md))
-	for n := 1; sc.Scan(); n++ {
-		l := sc.Text()
-		switch {
-		case cur == nil && strings.TrimSpace(l) == "```go":
-			cur, start = new(strings.Builder), n
-		case cur != nil && strings.TrimSpace(l) == "```":
-			out = append(out, snippet{line: start, code: cur.String()})
-			cur = nil
-		case cur != nil:
-			cur.WriteString(l + "\n")
-		}
-	}
-	return out
-}
-
-// wantOutput is the text of a trailing "// Output:" comment, as in
-// Example functions, and whether there is one.
-func wantOutput(code string) (string, bool) {
-	i := strings.LastIndex(code, "// Output:")
-	if i < 0 {
-		return "", false
-	}
-	var b strings.Builder
-	for _, l := range strings.Split(code[i:], "\n")[1:] {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "//") {
-			break
-		}
-		b.WriteString(strings.TrimSpace(strings.TrimPrefix(l, "//")) + "\n")
-	}
-	return b.String(), true
-}
 
 // Every Go snippet of the README builds in this module, against the real
 // Arrow, gonum and gorgonia at the versions go.mod names, and runs, printing what its "// Output:" comment says.
@@ -69,11 +24,11 @@ func TestREADMESnippetsWithRealModules(t *testing.T) {
 	}
 	md, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
-	snips := goSnippets(string(md))
+	snips := mdsnippet.Go(string(md))
 	var imports []string
 	for _, s := range snips {
 		for _, m := range []string{"github.com/apache/arrow-go/v18", "gonum.org/v1/gonum", "gorgonia.org/tensor"} {
-			if strings.Contains(s.code, `"`+m) {
+			if strings.Contains(s.Code, `"`+m) {
 				imports = append(imports, m)
 			}
 		}
@@ -88,10 +43,10 @@ func TestREADMESnippetsWithRealModules(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	var pkgs []string
 	for i, s := range snips {
-		require.True(t, strings.HasPrefix(s.code, "package main\n"), "README.md:%d: a Go snippet is a whole program", s.line)
+		require.True(t, strings.HasPrefix(s.Code, "package main\n"), "README.md:%d: a Go snippet is a whole program", s.Line)
 		d := filepath.Join(dir, fmt.Sprintf("snippet%d", i))
 		require.NoError(t, os.Mkdir(d, 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(d, "main.go"), []byte(s.code), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "main.go"), []byte(s.Code), 0o644))
 		pkgs = append(pkgs, "./"+filepath.ToSlash(d))
 	}
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
@@ -111,14 +66,14 @@ func TestREADMESnippetsWithRealModules(t *testing.T) {
 	run(append([]string{"build", "-o", bin + string(filepath.Separator)}, pkgs...)...)
 
 	for i, s := range snips {
-		t.Run(fmt.Sprintf("README.md:%d", s.line), func(t *testing.T) {
+		t.Run(fmt.Sprintf("README.md:%d", s.Line), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, fmt.Sprintf("snippet%d", i)))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
-			if want, ok := wantOutput(s.code); ok {
+			if want, ok := mdsnippet.WantOutput(s.Code); ok {
 				require.Equal(t, want, stdout.String())
 			}
 		})

@@ -113,22 +113,33 @@ func (c *LibC) MapAligned(n, align uintptr) (uintptr, error) {
 	return a, nil
 }
 
-// mappedHook, set by tests only, sees every oversized mapping MapAligned
-// makes.
-var mappedHook func(p, n uintptr)
+// mappedHook and unmappedHook, set by tests only, see every oversized
+// mapping MapAligned makes and every range of it MapAligned unmaps.
+var mappedHook, unmappedHook func(p, n uintptr)
+
+// unmapOwn unmaps [p, p+n) of a mapping MapAligned made.
+func (c *LibC) unmapOwn(p, n uintptr) error {
+	if err := c.Unmap(p, n); err != nil {
+		return err
+	}
+	if unmappedHook != nil {
+		unmappedHook(p, n)
+	}
+	return nil
+}
 
 // trim unmaps the slack [p, p+n) of a mapping MapAligned made.
 func (c *LibC) trim(p, n uintptr) error {
 	if err := fault.Check(fault.MapTrim); err != nil {
 		return fmt.Errorf("munmap %#x+%d: %w", p, n, err)
 	}
-	return c.Unmap(p, n)
+	return c.unmapOwn(p, n)
 }
 
 // undoMap unmaps what is left, [p, end), of a mapping whose trim failed
 // with err.
 func (c *LibC) undoMap(p, end uintptr, err error) error {
-	if uerr := c.Unmap(p, end-p); uerr != nil {
+	if uerr := c.unmapOwn(p, end-p); uerr != nil {
 		return fmt.Errorf("aligning a %d-byte mapping: %w; undoing it: %w", end-p, err, uerr)
 	}
 	return fmt.Errorf("aligning a mapping (unmapped again): %w", err)

@@ -42,10 +42,11 @@ Measures, on this machine, what deciding whether to pin needs:
                 the device's caching pool and through the driver
 Each case runs --repeat times (default 3), each run for about --time; the
 figure is the median run, with the fastest and slowest beside it. The
-default run measures every group at a few sizes, 40 ms per run: 10-20 s
-without a GPU. --full measures every group at every power of 4 (transfers
-up to 1 GiB, pin_huge 1 GiB), 200 ms per run: about 1.5 minutes, a minute
-more with a GPU; the README's figures come from it. A table is printed at the end (JSON with --json),
+default run measures every group at a few sizes, 40 ms per run: 4-7 s
+without a GPU on an idle 2-core machine, 20 s on one under a load of 20.
+--full measures every group at every power of 4 (transfers up to 1 GiB,
+pin_huge 1 GiB), 200 ms per run: 35 s idle, 81 s under that load, more
+with a GPU; the README's figures come from it. A table is printed at the end (JSON with --json),
 then the transfer goals, met or missed; --svg also draws every group as a
 chart, with error bars from the slowest to the fastest run. Progress goes
 to stderr: a bar on a terminal, else one line per case (--quiet: none).
@@ -128,7 +129,7 @@ type benchConfig struct {
 }
 
 // The time per run of a case, and runs per case, by default: the quick run
-// fits in about 10 s (README), --full takes minutes.
+// takes 4-7 s on an idle 2-core machine (README), --full about 35 s.
 const (
 	quickPerCase = 40 * time.Millisecond
 	fullPerCase  = 200 * time.Millisecond

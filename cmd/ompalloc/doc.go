@@ -3,7 +3,7 @@
 //
 //	go run ./cmd/ompalloc info            # drivers, devices, memory spaces, allocators, limits
 //	go run ./cmd/ompalloc info --json
-//	go run ./cmd/ompalloc bench           # about 10 s without a GPU, well under a minute with one
+//	go run ./cmd/ompalloc bench           # 4-7 s without a GPU on an idle 2-core machine (README)
 //	go run ./cmd/ompalloc bench --json --svg bench.svg --time 100ms --sizes 64,4K,1M
 //
 // Exit status: 0 success (also on a machine without GPUs), 1 when something

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -57,7 +58,10 @@ var _ Interface = (*Allocator)(nil)
 // Allocator allocates memory with fixed traits from a memory space. It is
 // safe for concurrent use.
 type Allocator struct {
-	handle Handle // its number (id) and, above it, the number's generation
+	// head must stay first: handles.Live returns a pointer to it, which is
+	// the allocator's (kmp converts it). Its Handle is the number (id) and,
+	// above it, the number's generation; Destroyed is set by Destroy.
+	head   handles.Head
 	id     uint32 // the handle table index; the owner recorded in blocks
 	ms     memspace.ID
 	traits traits.Set
@@ -71,18 +75,27 @@ type Allocator struct {
 
 	fb *Allocator // where a failed allocation goes next; nil = nowhere
 
-	align     uintptr         // max(trait, 16)
-	plain     bool            // a host heap with no pool: alloc's fast path applies
-	ptn       *partitionerUse // partition=partitioner: its parts are bound per block
-	poolUsed  atomic.Int64
-	shards    shards
-	destroyed atomic.Bool
+	align    uintptr         // max(trait, 16)
+	plain    bool            // a host heap with no pool: alloc's fast path applies
+	ptn      *partitionerUse // partition=partitioner: its parts are bound per block
+	poolUsed atomic.Int64
+	shards   shards
 
 	pinFb pinFallback // what to say when a failed pin first falls back
 }
 
 // Handle returns the allocator's omp.h handle.
-func (a *Allocator) Handle() Handle { return a.handle }
+func (a *Allocator) Handle() Handle { return Handle(a.head.Handle) }
+
+// The head is at offset 0 (a build error otherwise), and handle numbers
+// are the handles package's.
+var (
+	_ [0]struct{} = [unsafe.Offsetof(Allocator{}.head)]struct{}{}
+	_ [0]struct{} = [maxHandle - handles.Mask]struct{}{}
+)
+
+// allocatorAt is the allocator whose head e is (nil for nil).
+func allocatorAt(e unsafe.Pointer) *Allocator { return (*Allocator)(e) }
 
 // Memspace returns the memory space the allocator draws from.
 func (a *Allocator) Memspace() memspace.ID { return a.ms }
@@ -94,8 +107,8 @@ func (a *Allocator) Traits() traits.Set { return a.traits }
 // "allocator#1025(omp_default_mem_space, pinned)".
 func (a *Allocator) String() string { return a.name }
 
-// The handle table maps handle numbers (the owner ids in block headers) to
-// allocators. Readers index it without locking.
+// The handle table (internal/handles) maps handle numbers (the owner ids
+// in block headers) to allocators. Readers index it without locking.
 //
 // A destroyed allocator's number is reused late and under a new generation:
 // freed numbers wait in a FIFO until reuseDelay of them wait (or no number
@@ -104,10 +117,9 @@ func (a *Allocator) String() string { return a.name }
 // omp_destroy_allocator) then names no live allocator and is refused with a
 // warning, instead of allocating from whichever allocator got its number.
 var (
-	tableMu    sync.Mutex
-	table      atomic.Pointer[[]*Allocator]
-	freeIDs    []Handle // numbers (generation 0) waiting for reuse, oldest first
-	gens       []uint32 // each number's next generation
+	tableMu    sync.Mutex // held to change the table
+	freeIDs    []Handle   // numbers (generation 0) waiting for reuse, oldest first
+	gens       []uint32   // each number's next generation
 	nextID     = firstRuntimeHandle
 	reuseDelay = 256 // freed numbers kept waiting before the oldest is reused
 	initOnce   sync.Once
@@ -116,25 +128,13 @@ var (
 // Lookup returns the live allocator with handle h. The null handle resolves
 // to the default allocator.
 func Lookup(h Handle) (*Allocator, bool) {
-	if a := LiveAllocator(h); a != nil {
+	// The common case, which kmp's omp_alloc inlines: a live allocator's
+	// own handle (a stale one has an older generation). The null handle,
+	// and any handle before the first allocator is made, go the slow way.
+	if a := allocatorAt(handles.Live(uintptr(h))); a != nil {
 		return a, true
 	}
 	return lookupSlow(h)
-}
-
-// LiveAllocator is Lookup's common case, small enough to inline into a caller's hot
-// path: the allocator with handle h when h names a live one, else nil —
-// for the null handle too, and before the first allocator is made; Lookup
-// resolves those.
-func LiveAllocator(h Handle) *Allocator {
-	// Entry 0, the null handle's, is always nil. The handle must be the
-	// entry's own: a stale one has an older generation.
-	if t := table.Load(); t != nil && uint(h&maxHandle) < uint(len(*t)) {
-		if a := (*t)[h&maxHandle]; a != nil && a.handle == h && !a.destroyed.Load() {
-			return a
-		}
-	}
-	return nil
 }
 
 func lookupSlow(h Handle) (*Allocator, bool) {
@@ -142,23 +142,32 @@ func lookupSlow(h Handle) (*Allocator, bool) {
 	if h == NullHandle {
 		return Default(), true
 	}
-	t := *table.Load()
+	t := handles.Table()
 	if uintptr(h&maxHandle) >= uintptr(len(t)) {
 		return nil, false
 	}
-	a := t[h&maxHandle]
-	if a == nil || a.handle != h || a.destroyed.Load() {
+	a := allocatorAt(unsafe.Pointer(t[h&maxHandle]))
+	if a == nil || a.Handle() != h || a.head.Destroyed.Load() {
 		return nil, false
 	}
 	return a, true
 }
 
 func owner(id uint32) *Allocator {
-	t := *table.Load()
+	t := handles.Table()
 	if int(id) < len(t) {
-		return t[id]
+		return allocatorAt(unsafe.Pointer(t[id]))
 	}
 	return nil
+}
+
+// allocators calls f for every allocator in the table, in handle order.
+func allocators(f func(*Allocator)) {
+	for _, e := range handles.Table() {
+		if e != nil {
+			f(allocatorAt(unsafe.Pointer(e)))
+		}
+	}
 }
 
 // ownerOfTally returns the allocator whose tally t is (nil for nil).
@@ -173,22 +182,21 @@ func ownerOfTally(t *heap.Tally) *Allocator {
 func install(a *Allocator) {
 	// Copy on write: readers index the published table without a lock.
 	h := int(a.id)
-	old := *table.Load()
-	t := make([]*Allocator, max(len(old), h+1))
+	old := handles.Table()
+	t := make([]*handles.Head, max(len(old), h+1))
 	if h >= len(old) {
-		t = make([]*Allocator, max(h+1, 2*len(old)))
+		t = make([]*handles.Head, max(h+1, 2*len(old)))
 	}
 	copy(t, old)
-	t[h] = a
-	table.Store(&t)
+	t[h] = &a.head
+	handles.Publish(t)
 	heap.SetTally(a.id, a.shards.t) // heap.Free counts a's blocks there
 }
 
 func initPredefined() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	t := make([]*Allocator, firstRuntimeHandle+64)
-	table.Store(&t)
+	handles.Publish(make([]*handles.Head, firstRuntimeHandle+64))
 	for _, h := range traits.PredefinedAllocators() {
 		ms, _ := traits.AllocatorMemspace(h)
 		set := traits.Defaults()
@@ -212,17 +220,17 @@ func initPredefined() {
 		a.name = traits.AllocatorName(h)
 		install(a)
 	}
-	def := (*table.Load())[DefaultMem]
-	for _, a := range *table.Load() {
-		if a != nil && a != def && a.traits.Fallback == traits.DefaultMemFb {
+	def := owner(uint32(DefaultMem))
+	allocators(func(a *Allocator) {
+		if a != def && a.traits.Fallback == traits.DefaultMemFb {
 			a.fb = def
 		}
-	}
+	})
 }
 
 // build makes an allocator with validated traits; it is not yet in the table.
 func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
-	a := &Allocator{handle: h, id: uint32(h & maxHandle), ms: ms, traits: set, align: max(set.Alignment, 16)}
+	a := &Allocator{head: handles.Head{Handle: uintptr(h)}, id: uint32(h & maxHandle), ms: ms, traits: set, align: max(set.Alignment, 16)}
 	a.shards.init()
 	a.shards.t.SetOwner(unsafe.Pointer(a)) // heap.Free names the block's allocator through its tally
 	switch {
@@ -340,7 +348,7 @@ func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
 		ts = append(ts, traits.Trait{Key: traits.Fallback, Value: traits.NullFb})
 	}
 	if c.fbAlloc != nil {
-		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.handle)})
+		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.Handle())})
 	}
 	return NewFromTraits(ms, ts)
 }
@@ -409,10 +417,10 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 // by default a line on stderr), so that it is not lost under
 // defer a.Destroy().
 func (a *Allocator) Destroy() error {
-	if a.handle < firstRuntimeHandle {
+	if a.Handle() < firstRuntimeHandle {
 		return fmt.Errorf("%v: %w: a predefined allocator cannot be destroyed", a, ErrInvalidArgument)
 	}
-	if !a.destroyed.CompareAndSwap(false, true) {
+	if !a.head.Destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("%v: %w", a, ErrDestroyed)
 	}
 	// An allocation that started before the flag was set may still be
@@ -445,7 +453,7 @@ func (a *Allocator) Destroy() error {
 // destroyed allocator's leftovers asks) it answers without InFlight's
 // process-wide barrier. The answer is the second, read after InFlight.
 func (a *Allocator) releasable() bool {
-	return a.destroyed.Load() && a.shards.live() == 0 && a.shards.t.InFlight() == 0 && a.shards.live() == 0
+	return a.head.Destroyed.Load() && a.shards.live() == 0 && a.shards.t.InFlight() == 0 && a.shards.live() == 0
 }
 
 // release frees the handle for reuse once a destroyed allocator has no live
@@ -453,11 +461,11 @@ func (a *Allocator) releasable() bool {
 func (a *Allocator) release() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	old := *table.Load()
-	if int(a.id) < len(old) && old[a.id] == a {
-		t := append([]*Allocator(nil), old...) // copy on write, as install
+	old := handles.Table()
+	if int(a.id) < len(old) && old[a.id] == &a.head {
+		t := append([]*handles.Head(nil), old...) // copy on write, as install
 		t[a.id] = nil
-		table.Store(&t)
+		handles.Publish(t)
 		for int(a.id) >= len(gens) {
 			gens = append(gens, make([]uint32, len(gens)+64)...)
 		}

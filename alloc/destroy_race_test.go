@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"errors"
+	"github.com/ompalloc/ompalloc/internal/handles"
 	"runtime"
 	"strconv"
 	"sync"
@@ -156,7 +157,8 @@ func TestStaleHandleRefused(t *testing.T) {
 	t.Cleanup(func() { _ = b.Destroy() })
 	require.Equal(t, a.id, b.id, "the number is reused at once with no delay")
 	require.NotEqual(t, stale, b.Handle(), "a reused number gets a new generation")
-	require.Nil(t, LiveAllocator(stale))
+	require.Nil(t, handles.Live(uintptr(stale)), "kmp's inlined lookup")
+	require.Same(t, b, allocatorAt(handles.Live(uintptr(b.Handle()))))
 	_, ok := Lookup(stale)
 	require.False(t, ok, "the stale handle %d names no allocator", stale)
 	got, ok := Lookup(b.Handle())

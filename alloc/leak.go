@@ -71,16 +71,13 @@ func (l Live) String() string {
 func LiveBlocks() []Live {
 	initOnce.Do(initPredefined)
 	var out []Live
-	for _, a := range *table.Load() {
-		if a == nil {
-			continue
-		}
+	allocators(func(a *Allocator) {
 		st := a.shards.sum()
 		if st.BlocksLive != 0 {
-			out = append(out, Live{Allocator: a.name, Handle: a.handle, Blocks: st.BlocksLive,
-				Bytes: st.BytesLive, Destroyed: a.destroyed.Load()})
+			out = append(out, Live{Allocator: a.name, Handle: a.Handle(), Blocks: st.BlocksLive,
+				Bytes: st.BytesLive, Destroyed: a.head.Destroyed.Load()})
 		}
-	}
+	})
 	return out
 }
 

@@ -69,7 +69,7 @@ func checkAlign(al uintptr) error {
 // small, so that the hot path carries no frame of the general one.
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
 	if a.plain && size != 0 && !leakCheck.Load() {
-		if a.handle < firstRuntimeHandle {
+		if a.Handle() < firstRuntimeHandle {
 			// Predefined allocators are never destroyed: no flag to check,
 			// nothing in flight to count.
 			q, _, smp, err := a.heap.AllocSampled(size, max(a.align, align), a.id, zero, a.shards.t)
@@ -85,7 +85,7 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		// A runtime allocator's cached block: Enter, the destroyed check,
 		// the pop and Exit in one pinned section (where membarrier is
 		// registered; see heap.Tally.Enter).
-		q, _, smp, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.destroyed)
+		q, _, smp, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.head.Destroyed)
 		if ok {
 			if smp != heap.SampleSkip {
 				a.sampleBlock(q, size, smp)
@@ -143,12 +143,12 @@ func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer
 	// Destroy waits for runtime allocators' allocations in flight (see
 	// heap.Tally.Enter); predefined allocators are never destroyed and skip
 	// the count. Enter also checks the destroyed flag.
-	counted := a.handle >= firstRuntimeHandle
+	counted := a.Handle() >= firstRuntimeHandle
 	if counted {
-		if !a.shards.t.Enter(&a.destroyed) {
+		if !a.shards.t.Enter(&a.head.Destroyed) {
 			return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
 		}
-	} else if a.destroyed.Load() {
+	} else if a.head.Destroyed.Load() {
 		return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
 	}
 	var p unsafe.Pointer
@@ -252,13 +252,13 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 		if fb == nil || depth > 64 {
 			return nil, cause
 		}
-		if fb.handle >= firstRuntimeHandle {
+		if fb.Handle() >= firstRuntimeHandle {
 			// Destroy waits for this (Enter also checks the flag).
-			if !fb.shards.t.Enter(&fb.destroyed) {
+			if !fb.shards.t.Enter(&fb.head.Destroyed) {
 				return nil, cause
 			}
 			defer fb.shards.t.Exit() // slow path; also ends it when abort_fb panics
-		} else if fb.destroyed.Load() {
+		} else if fb.head.Destroyed.Load() {
 			return nil, cause
 		}
 		a.fallbackTaken()
@@ -338,7 +338,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	if a.traits.PoolSize > 0 {
 		a.releasePool(poolCharge(uintptr(p), b.Footprint))
 	}
-	if a.destroyed.Load() && a.releasable() { // the flag inline: releasable is not
+	if a.head.Destroyed.Load() && a.releasable() { // the flag inline: releasable is not
 		a.release()
 	}
 	return nil
@@ -371,11 +371,11 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 		return nil, opPointerError("Realloc", p, err)
 	}
 	if a == nil {
-		if a = owner(b.Owner); a == nil || a.destroyed.Load() {
+		if a = owner(b.Owner); a == nil || a.head.Destroyed.Load() {
 			a = Default()
 		}
 	}
-	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && a.id == b.Owner && !a.destroyed.Load() {
+	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && a.id == b.Owner && !a.head.Destroyed.Load() {
 		// Within its size class or page run the block grows (or shrinks) in
 		// place: same footprint, so the quota does not change either.
 		// A growth into a reused huge region is charged to the quota; one

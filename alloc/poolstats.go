@@ -205,10 +205,12 @@ func (a *Allocator) leavePool() {
 	if !isPinnedHeap(a.heap) {
 		return
 	}
-	for _, b := range *table.Load() {
-		if b != nil && b != a && b.heap == a.heap && !b.destroyed.Load() {
-			return
-		}
+	shared := false
+	allocators(func(b *Allocator) {
+		shared = shared || b != a && b.heap == a.heap && !b.head.Destroyed.Load()
+	})
+	if shared {
+		return
 	}
 	if a.pool != nil {
 		for _, h := range a.pool.heaps {

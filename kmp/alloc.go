@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -88,7 +89,9 @@ func reportErr(fn string, err error) {
 
 // Alloc is omp_alloc.
 func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
-	al := alloc.LiveAllocator(alloc.Handle(a)) // inlined: resolve's common case
+	// resolve's common case, inlined: a live allocator's own handle. The
+	// table's entries are the allocators' heads, their first field.
+	al := (*alloc.Allocator)(handles.Live(uintptr(a)))
 	if al == nil {
 		if al = resolve("omp_alloc", a); al == nil {
 			return nil

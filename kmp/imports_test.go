@@ -12,7 +12,9 @@ import (
 )
 
 // kmp is a user of alloc like any other: it reaches no further down
-// (internal/heap), so what it does a Go program can do too.
+// (internal/heap), so what it does a Go program can do too. (It resolves
+// a handle through internal/handles, alloc's own table, only because
+// alloc.Lookup is too big to inline into omp_alloc.)
 func TestKmpGoesThroughAlloc(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)

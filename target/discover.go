@@ -148,7 +148,7 @@ func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugi
 // completed) and closes the plugins' devices. Devices from before are
 // unusable afterwards; the next call of this package discovers anew.
 //
-// Memory held for live pinned blocks (HoldMem) cannot be given up behind
+// Memory held for live pinned blocks (alloc's pinned chunks) cannot be given up behind
 // its owner's back: after the shutdown hooks ran (alloc releases its
 // idle pinned chunks), any device still holding some makes Shutdown refuse
 // with ErrBusy and change nothing. Ranges locked with LockMem are unlocked

@@ -188,8 +188,9 @@ func returns(t *testing.T, release func(), what string, f func() error) {
 // copy of a's buffer waits for a's long work without blocking the host,
 // and reads what a wrote (without the wait it would read zeros: fakecuda
 // performs b's copy after 300 us, a's work takes 40 times that; fakehsa's
-// one worker performs copies in the order they were submitted, so on HSA
-// this data check cannot catch a wait that orders nothing). The fake
+// engines perform the held copies newest first unless signals order them,
+// so b's copy would run before a's first chunk: seen failing with the
+// event's dependency taken out of the HSA plugin's wait marker). The fake
 // devices are held busy (holdWork) while the test checks that the work is
 // still pending, so those checks hold on a host of any speed.
 func tensorEvents(t *testing.T, a, b *Device) {

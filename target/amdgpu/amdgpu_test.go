@@ -300,13 +300,16 @@ func TestQueueManyCopies(t *testing.T) {
 	require.ErrorIs(t, d.Copy(dst, dev, each, plugin.DeviceToHost, q), ErrClosed)
 }
 
-// The fake performs copies 300 ms late, and holds them (its "copy" gate)
-// while the test looks, however slow the host: Query says false, the
-// destination is untouched, then Synchronize brings the bytes and Query
-// says true.
+// The fake holds the copies (its "copy" gate) while the test looks,
+// however slow the host: Query says false, the destination is untouched,
+// then Synchronize brings the bytes and Query says true. The fake has one
+// engine that performs held copies newest first unless a signal orders
+// them, so the device-to-host copy reads what the host-to-device copy
+// before it on the queue wrote only because the queue chains them (without
+// the chain this test fails at the data check).
 func TestQueryFalseThenTrue(t *testing.T) {
 	needFake(t)
-	if !inChild(t, "TestQueryFalseThenTrue", "FAKEHSA_COPY_DELAY_US=300000") {
+	if !inChild(t, "TestQueryFalseThenTrue", "FAKEHSA_COPY_DELAY_US=0", "FAKEHSA_ENGINES=1") {
 		return
 	}
 	d := fakeDevices(t)[0]
@@ -327,6 +330,7 @@ func TestQueryFalseThenTrue(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, done, "copies run late")
 	require.Equal(t, old, cmem.Bytes(dst, n), "nothing copied yet")
+	holdUntilDue(t, 2)
 	hsaGate(t, "copy", false)
 	require.NoError(t, q.Synchronize())
 	require.Equal(t, want, cmem.Bytes(dst, n))

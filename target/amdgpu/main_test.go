@@ -89,7 +89,7 @@ func fakeDevices(t *testing.T) []*device {
 }
 
 // count asks the fake how many of what it holds: "signals", "allocs",
-// "locks", "pending", "copies".
+// "locks", "pending", "copies", "due".
 func count(t testing.TB, what string) int64 {
 	t.Helper()
 	h, err := purego.Dlopen(fakePath, purego.RTLD_NOW|purego.RTLD_GLOBAL)

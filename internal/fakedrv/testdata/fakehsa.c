@@ -55,8 +55,15 @@
  *  FAKEHSA_GPUS=N           number of GPU agents, 0..16 (default 2)
  *  FAKEHSA_NO_KFD=1         hsa_init fails with HSA_STATUS_ERROR_OUT_OF_RESOURCES
  *                           like the real runtime without /dev/kfd
- *  FAKEHSA_COPY_DELAY_US=N  an async copy is performed N microseconds after it
- *                           was submitted, by a worker thread (default 2000)
+ *  FAKEHSA_COPY_DELAY_US=N  an async copy is due N microseconds after it was
+ *                           submitted (default 2000); then one of the copy
+ *                           engines performs it once its dependent signals are 0
+ *  FAKEHSA_ENGINES=N        copy engines, worker threads started at the first
+ *                           async copy of the process, 1..16 (default 2): each
+ *                           performs the newest due copy whose dependencies are
+ *                           met, so copies not ordered by signals complete in
+ *                           any order, as ROCr's DMA engines do (see "copy
+ *                           engines" below)
  *  FAKEHSA_VRAM_MB=N        size of each GPU's coarse-grained pool (default 1024)
  *  FAKEHSA_NO_PEER=1        GPUs cannot reach each other's pools: the access of a
  *                           GPU agent to another GPU's pool is NEVER_ALLOWED and
@@ -94,7 +101,9 @@
  * Test hooks (not in the real library): int64_t fakehsa_count(const char *what)
  * with what = "signals" (live), "allocs", "alloc_calls" (successful
  * hsa_amd_memory_pool_allocate calls), "locks", "pending" (copies not yet
- * performed), "copies" (performed), "inits" (reference count), "lock_calls"
+ * performed), "copies" (performed), "due" (copies not started whose delay
+ * has passed: they wait for their dependencies or the "copy" gate only),
+ * "inits" (reference count), "lock_calls"
  * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
  * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
  * "gated" (calls, and the copy worker, waiting at a closed gate); void
@@ -102,12 +111,13 @@
  * of fn ("hsa_amd_memory_unlock" or "hsa_amd_memory_lock"): a call arriving at a closed gate waits, holding
  * no lock of the fake, until the gate opens, as a device-synchronizing call
  * may take milliseconds to seconds. The gate named "copy" holds the device's
- * work instead: while it is closed the copy worker waits before performing
- * its next async copy (the plugins' barrier/marker copies included), so the
- * copy stays pending and its completion signal keeps its value, for as long
- * as the test wants. A device busy with other work does the same: the
- * reference promises that a copy completes after its dependencies, never
- * by when.
+ * work instead: while it is closed no engine starts an async copy (the
+ * plugins' barrier/marker copies included), so copies stay pending and
+ * their completion signals keep their values, for as long as the test
+ * wants; when it opens, the copies held are performed newest first, as far
+ * as their dependent signals allow. A device busy with other work does the
+ * same: the reference promises that a copy starts after its dependencies,
+ * never by when, nor in which order unrelated copies complete.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -270,12 +280,13 @@ struct job {
     int ndeps;
     struct sig **deps;
     struct timespec due;
+    bool running; /* taken by an engine: its dependencies were all 0 */
     struct job *next;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER; /* a signal changed */
-static pthread_cond_t job_cv = PTHREAD_COND_INITIALIZER; /* a job was queued */
+static pthread_cond_t job_cv; /* a job was queued or completed (CLOCK_MONOTONIC, init_engines) */
 
 static int refs;
 static int nagents;
@@ -283,6 +294,7 @@ static struct agent agents[MAX_AGENTS];
 static int npools;
 static struct pool pools[MAX_AGENTS * POOLS_PER_AGENT];
 static long delay_us = 2000;
+static int nengines = 2; /* FAKEHSA_ENGINES: copy workers, read once when the first starts */
 static bool no_peer; /* FAKEHSA_NO_PEER: GPUs cannot reach each other's memory */
 static bool apu;     /* FAKEHSA_APU: full-profile GPUs */
 
@@ -296,9 +308,11 @@ static struct slab *slabs;
 static struct sig *free_sigs;
 static int64_t live_sigs;
 
-static struct job *jobs_head, *jobs_tail, *job_running;
+/* Every submitted copy, in submission order, until it completed (running
+ * ones included, so that hsa_signal_destroy sees their signals in use). */
+static struct job *jobs_head, *jobs_tail;
 static int64_t jobs_pending, copies_done, lock_calls, unlock_calls, stray_unlocks;
-static bool worker_started;
+static bool workers_started;
 
 /* ---- configuration and error injection ---- */
 
@@ -401,6 +415,7 @@ static int add_pool(int agent, int segment, uint32_t flags, size_t size, bool al
 static void configure(void) {
     int gpus = (int)env_long("FAKEHSA_GPUS", 2, 0, MAX_GPUS);
     delay_us = env_long("FAKEHSA_COPY_DELAY_US", 2000, 0, 60000000);
+    nengines = (int)env_long("FAKEHSA_ENGINES", 2, 1, 16);
     no_peer = env_long("FAKEHSA_NO_PEER", 0, 0, 1) == 1;
     apu = env_long("FAKEHSA_APU", 0, 0, 1) == 1;
     size_t vram = (size_t)env_long("FAKEHSA_VRAM_MB", 1024, 1, 1 << 20) << 20;
@@ -959,7 +974,7 @@ hsa_status_t hsa_signal_destroy(hsa_signal_t signal) {
         pthread_mutex_unlock(&mu);
         return HSA_STATUS_ERROR_INVALID_SIGNAL;
     }
-    bool busy = job_running != NULL && job_uses(job_running, g);
+    bool busy = false;
     for (struct job *j = jobs_head; j != NULL && !busy; j = j->next) busy = job_uses(j, g);
     if (busy) {
         pthread_mutex_unlock(&mu);
@@ -1058,33 +1073,109 @@ static hsa_status_t translate_locked(uintptr_t p, size_t n, uint64_t gpus, void 
     return HSA_STATUS_SUCCESS;
 }
 
+/* The copy engines. ROCr promises no order between two
+ * hsa_amd_memory_async_copy calls but the one their signals give: the
+ * reference (hsa_ext_amd.h) says of dep_signals "List of signals that must
+ * be waited on before the copy operation starts. The copy will start after
+ * every signal has been observed with the value 0", and of
+ * completion_signal "When the copy operation is finished, the value of the
+ * signal is decremented" -- nothing about copies submitted earlier. ROCr
+ * runs them on several DMA engines (host to device and device to host on
+ * different SDMA engines, device to device as blit kernels), each
+ * completing on its own time. So FAKEHSA_ENGINES workers (default 2) each
+ * take the NEWEST copy that is due (FAKEHSA_COPY_DELAY_US after its
+ * submission) and whose dependent signals are all 0, and perform copies
+ * concurrently; a copy whose dependencies are not met holds up nothing
+ * else. Copies submitted while the "copy" gate was closed are therefore
+ * performed newest first once it opens, unless their signals order them:
+ * a program that counts on submission order sees it broken, one that
+ * chains its copies through dep_signals does not. (ROCr's queues' barrier-AND
+ * packets are not modelled: nothing here creates an HSA queue.) */
+static void init_engines(void) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&job_cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+static pthread_once_t engines_once = PTHREAD_ONCE_INIT;
+
+static bool ts_le(const struct timespec *a, const struct timespec *b) {
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec <= b->tv_nsec);
+}
+
+static bool deps_met(const struct job *j) {
+    for (int i = 0; i < j->ndeps; i++)
+        if (__atomic_load_n(&j->deps[i]->value, __ATOMIC_ACQUIRE) != 0) return false;
+    return true;
+}
+
+/* pick_locked returns the newest copy an engine may start now, or NULL and,
+ * in *next, the earliest time a copy not yet due becomes due (*has_next). */
+static struct job *pick_locked(struct timespec *next, bool *has_next) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct job *best = NULL;
+    *has_next = false;
+    for (struct job *j = jobs_head; j != NULL; j = j->next) {
+        if (j->running) continue;
+        if (!ts_le(&j->due, &now)) {
+            if (!*has_next || ts_le(&j->due, next)) *next = j->due;
+            *has_next = true;
+            continue;
+        }
+        if (deps_met(j)) best = j; /* the list is in submission order: keep the last */
+    }
+    return best;
+}
+
+static bool copy_gate_closed(void) {
+    pthread_mutex_lock(&gate_mu);
+    bool c = gate_closed[GATE_COPY];
+    pthread_mutex_unlock(&gate_mu);
+    return c;
+}
+
 static void *worker(void *arg) {
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&mu);
-        while (jobs_head == NULL) pthread_cond_wait(&job_cv, &mu);
-        struct job *j = jobs_head;
-        jobs_head = j->next;
-        if (jobs_head == NULL) jobs_tail = NULL;
-        job_running = j;
-        pthread_mutex_unlock(&mu);
-
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &j->due, NULL) != 0) {
+        struct job *j;
+        for (;;) {
+            struct timespec next;
+            bool has_next;
+            j = pick_locked(&next, &has_next);
+            if (j != NULL && copy_gate_closed()) {
+                /* A device kept busy: the copies stay pending. Checked with
+                 * mu held, so a copy submitted after the gate closed is
+                 * never taken before it opens; looked for again after. */
+                pthread_mutex_unlock(&mu);
+                gate_wait(GATE_COPY);
+                pthread_mutex_lock(&mu);
+                continue;
+            }
+            if (j != NULL) break;
+            if (has_next) pthread_cond_timedwait(&job_cv, &mu, &next);
+            else pthread_cond_wait(&job_cv, &mu);
         }
-        gate_wait(GATE_COPY); /* a device kept busy: the job stays pending */
-        pthread_mutex_lock(&mu);
-        for (int i = 0; i < j->ndeps; i++)
-            while (__atomic_load_n(&j->deps[i]->value, __ATOMIC_ACQUIRE) != 0) pthread_cond_wait(&sig_cv, &mu);
+        j->running = true;
         pthread_mutex_unlock(&mu);
 
         if (j->size > 0) memmove(j->dst, j->src, j->size);
 
         pthread_mutex_lock(&mu);
         __atomic_fetch_sub(&j->done->value, 1, __ATOMIC_ACQ_REL);
-        job_running = NULL;
+        struct job **pp = &jobs_head, *prev = NULL;
+        while (*pp != j) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        *pp = j->next;
+        if (jobs_tail == j) jobs_tail = prev;
         jobs_pending--;
         copies_done++;
         pthread_cond_broadcast(&sig_cv);
+        pthread_cond_broadcast(&job_cv); /* a dependency may be met now */
         pthread_mutex_unlock(&mu);
         free(j->deps);
         free(j);
@@ -1132,26 +1223,30 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
         j->due.tv_sec++;
         j->due.tv_nsec -= 1000000000L;
     }
-    if (!worker_started) {
-        pthread_t t;
+    if (!workers_started) {
+        pthread_once(&engines_once, init_engines);
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, worker, NULL) != 0) {
-            pthread_attr_destroy(&attr);
+        int started = 0;
+        for (int i = 0; i < nengines; i++) {
+            pthread_t t;
+            if (pthread_create(&t, &attr, worker, NULL) == 0) started++;
+        }
+        pthread_attr_destroy(&attr);
+        if (started == 0) {
             pthread_mutex_unlock(&mu);
             free(j->deps);
             free(j);
             return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
         }
-        pthread_attr_destroy(&attr);
-        worker_started = true;
+        workers_started = true;
     }
     if (jobs_tail) jobs_tail->next = j;
     else jobs_head = j;
     jobs_tail = j;
     jobs_pending++;
-    pthread_cond_signal(&job_cv);
+    pthread_cond_broadcast(&job_cv);
     pthread_mutex_unlock(&mu);
     return HSA_STATUS_SUCCESS;
 }
@@ -1182,6 +1277,12 @@ int64_t fakehsa_count(const char *what) {
     else if (strcmp(what, "locks") == 0) n = nlocks;
     else if (strcmp(what, "pending") == 0) n = jobs_pending;
     else if (strcmp(what, "copies") == 0) n = copies_done;
+    else if (strcmp(what, "due") == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        n = 0;
+        for (struct job *j = jobs_head; j != NULL; j = j->next) n += !j->running && ts_le(&j->due, &now);
+    }
     else if (strcmp(what, "lock_calls") == 0) n = lock_calls;
     else if (strcmp(what, "unlock_calls") == 0) n = unlock_calls;
     else if (strcmp(what, "stray_unlocks") == 0) n = stray_unlocks;

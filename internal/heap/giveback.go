@@ -1,6 +1,6 @@
 package heap
 
-import "runtime"
+import "github.com/ompalloc/ompalloc/internal/pcpu"
 
 // Giving memory back to the source outside the heap's lock.
 //
@@ -23,83 +23,33 @@ type doomedRange struct {
 	huge       bool
 }
 
-//
 // A chunk also waits for a grace period before it goes back. A stale
 // pointer's Free (a double free racing the chunk's release) may have found
 // the chunk in the table just before it was taken out and be about to read
 // or swap a block header in it; that happens pinned (see Free), and a
 // goroutine cannot stay pinned across a stop-the-world. So a chunk goes
 // back to the source only after a stop-the-world that began after it left
-// the table: Trim waits for one (runtime.GC) when it let chunks go; a chunk
-// let go elsewhere (more empty chunks than the heap keeps) waits for the
-// next collection, which a cleanup on an object made after it left the
-// table detects, or for the next Trim. Until then it is counted in Stats
-// as before. Huge regions hold no headers (their state lives in their
-// span, Go memory) and go back at once.
+// the table: pcpu.Quiesce, run by whoever let the chunk go, after h.mu is
+// dropped and before the source has it (tens of µs, no collection). The
+// release is done when the call that let the chunk go returns (a Free, a
+// Trim): VmLck and Stats drop together. (Until issue 23 a chunk let go
+// outside Trim waited for the next garbage collection, seen by a cleanup:
+// a program that made no garbage kept it mapped, locked and counted.)
+// Huge regions hold no headers (their state lives in their span, Go
+// memory) and go back without one.
 
 // unlock drops h.mu, then gives what was let go under it to the source
-// (chunks after a grace period, see above).
+// (chunks after a grace period, see above). The caller is not pinned.
 func (h *Heap) unlock() {
 	d := h.doomed
 	h.doomed = nil
-	if d == nil {
-		h.mu.Unlock()
-		return
-	}
-	var now []doomedRange
-	for _, r := range d {
-		if r.huge {
-			now = append(now, r)
-		} else {
-			h.awaiting = append(h.awaiting, r)
-			if !h.graceAsked {
-				h.graceAsked = true
-				h.askGrace()
-			}
-		}
-	}
-	h.mu.Unlock()
-	if now != nil {
-		h.giveBack(now)
-	}
-}
-
-// graceMarker is an object whose cleanup says a collection passed (a
-// pointer in it keeps it out of the tiny allocator, whose objects may
-// never be collected alone).
-type graceMarker struct{ _ *Heap }
-
-// askGrace arranges for the chunks awaiting now to go back after the next
-// collection. h.mu held.
-func (h *Heap) askGrace() {
-	runtime.AddCleanup(&graceMarker{}, func(h *Heap) { h.graced() }, h)
-}
-
-// graced gives back the chunks that waited for a collection: the cleanup
-// of a marker made after they left the table runs only after a
-// stop-the-world that followed.
-func (h *Heap) graced() {
-	h.mu.Lock()
-	d := h.awaiting
-	h.awaiting, h.graceAsked = nil, false
-	h.mu.Unlock()
-	if d != nil {
-		h.giveBack(d)
-	}
-}
-
-// unlockGraced is unlock for Trim: it waits for a stop-the-world itself
-// when chunks go back (this Trim's, and those still awaiting one).
-func (h *Heap) unlockGraced() {
-	d := append(h.doomed, h.awaiting...)
-	h.doomed, h.awaiting, h.graceAsked = nil, nil, false
 	h.mu.Unlock()
 	if d == nil {
 		return
 	}
 	for _, r := range d {
 		if !r.huge {
-			runtime.GC() // the grace period (see above)
+			pcpu.Quiesce() // the grace period (see above)
 			break
 		}
 	}

@@ -215,12 +215,10 @@ type Heap struct {
 	closed   atomic.Bool
 
 	// Chunks and regions let go under mu, given back after it (giveback.go).
-	doomed     []doomedRange
-	awaiting   []doomedRange // chunks let go, waiting for a grace period (giveback.go)
-	graceAsked bool          // a collection's cleanup will give awaiting back
-	relChunks  int           // chunks on their way back to the source
-	relHuge    int           // huge regions on their way back
-	gate       sync.RWMutex  // shared while ranges go back; Stats waits for them
+	doomed    []doomedRange
+	relChunks int          // chunks on their way back to the source
+	relHuge   int          // huge regions on their way back
+	gate      sync.RWMutex // shared while ranges go back; Stats waits for them
 }
 
 // New returns a heap drawing on src.

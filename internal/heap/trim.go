@@ -25,7 +25,7 @@ func (h *Heap) Trim() uintptr {
 	h.unlock()
 	runtime.GC()
 	h.mu.Lock()
-	defer h.unlockGraced()
+	defer h.unlock() // with the grace period for the chunks let go (giveback.go)
 	for _, pc := range old {
 		pc.guard.Lock() // uncontended: the grace period made the old caches ours
 		for _, l := range pc.lists {

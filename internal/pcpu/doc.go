@@ -4,6 +4,8 @@
 // state indexed by it needs neither a lock nor an atomic instruction.
 //
 // Nothing may block between Pin and Unpin (no channel, mutex or syscall).
+// That is what makes Quiesce a grace period: it returns after a
+// stop-the-world, which waits for every pinned section to end.
 //
 // The race detector cannot see that exclusivity, so in race builds Guard
 // turns into a real (never contended) spin lock that shows it the

@@ -29,12 +29,20 @@ func trimPool(pp *pinnedPool) uintptr {
 	return n
 }
 
-// TrimPool trims the memory a draws from and returns the bytes released:
-// for a pinned allocator its device's pinned pool (shared by every pinned
-// allocator of that device), for a host allocator its heap (the shared
-// host heap, or the heap of its NUMA placement). Target memory spaces cache
-// nothing here and release nothing.
-func (a *Allocator) TrimPool() uintptr {
+// TrimSharedPool gives back the idle memory of the pool a draws from and
+// returns the bytes released. No allocator has a pool of its own: a pinned
+// allocator draws on its device's pinned pool (pin_device, else the
+// default device when it was made), which every pinned allocator of that
+// device shares whatever its other traits, so this is TrimPinnedPool of
+// that device, and it gives back what the other allocators of the device
+// cached too (never a live block). A host allocator's pool is its heap:
+// the host heap every plain host allocator shares, or the heap of its NUMA
+// placement. Target memory spaces cache nothing here and release nothing.
+// Like Trim it costs a garbage-collection cycle.
+func (a *Allocator) TrimSharedPool() uintptr {
+	if pp := a.pinnedPool(); pp != nil {
+		return trimPool(pp)
+	}
 	if a.pool != nil {
 		return trimPool(a.pool)
 	}
@@ -42,4 +50,28 @@ func (a *Allocator) TrimPool() uintptr {
 		return a.heap.Trim()
 	}
 	return 0
+}
+
+// SharedPool returns the statistics of the pinned pool a draws from, the
+// pool TrimSharedPool trims (FreeBlocks is CuPy's n_free_blocks for it),
+// and false for an allocator of unpinned memory. The pool is its device's,
+// shared by every pinned allocator of the device: PinnedPool(dev) says the
+// same.
+func (a *Allocator) SharedPool() (PoolStats, bool) {
+	pp := a.pinnedPool()
+	if pp == nil {
+		return PoolStats{}, false
+	}
+	return poolStatsLocked(pp), true
+}
+
+// pinnedPool returns the device pinned pool a draws from, or nil.
+func (a *Allocator) pinnedPool() *pinnedPool {
+	if a.pool != nil && isPinnedHeap(a.pool.heaps[0]) {
+		return a.pool
+	}
+	if isPinnedHeap(a.heap) {
+		return pinnedPoolOf(a.heap)
+	}
+	return nil
 }

@@ -281,7 +281,7 @@ func pinnedSuffix(p bool) string {
 func (a *Allocator) buildOnDevices(ms memspace.ID, set traits.Set) error {
 	d, ok := memspace.DevicesOf(ms)
 	if !ok {
-		return fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
+		return fmt.Errorf("new allocator: %w: memory space %v names no devices", ErrInvalidArgument, ms)
 	}
 	accel := -1
 	for _, dev := range d.Devices {
@@ -358,7 +358,7 @@ func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
 func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	initOnce.Do(initPredefined)
 	if ms == memspace.Null || !ms.Exists() {
-		return nil, fmt.Errorf("%w: memory space %v", ErrInvalidArgument, ms)
+		return nil, fmt.Errorf("new allocator: %w: no memory space %v", ErrInvalidArgument, ms)
 	}
 	set, err := traits.FromList(targetFallback(ms, ts))
 	if err != nil {
@@ -380,7 +380,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	if n := len(freeIDs); n > 0 && (n > reuseDelay || nextID > maxHandle) {
 		id, freeIDs, reused = freeIDs[0], freeIDs[1:], true
 	} else if id > maxHandle {
-		return nil, fmt.Errorf("%w: too many allocators: %d exist; destroy some first", ErrNotSupported, maxHandle-firstRuntimeHandle+1)
+		return nil, fmt.Errorf("new allocator: %w: too many allocators (%d exist); destroy some first", ErrNotSupported, maxHandle-firstRuntimeHandle+1)
 	} else {
 		nextID++
 	}

@@ -66,7 +66,7 @@ func (b *Buffer[T]) Len() int { return len(b.s) }
 // Free releases the memory; a second Free is an error that changes nothing.
 func (b *Buffer[T]) Free() error {
 	if !b.state.freed.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: %s", ErrDoubleFree, b.state.what)
+		return fmt.Errorf("Free of a %s: %w", b.state.what, ErrDoubleFree)
 	}
 	b.stop.Stop()
 	s := b.s

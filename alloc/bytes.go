@@ -98,7 +98,7 @@ func (b ArrowAllocator) Allocate(size int) []byte {
 	}
 	p, err := b.a.AlignedCalloc(ByteAlignment, uintptr(size), 1)
 	if err == nil && p == nil {
-		err = fmt.Errorf("%w: %v returned no memory", ErrNotSupported, b.a)
+		err = fmt.Errorf("AlignedCalloc returned no memory and no error: %w", ErrNotSupported)
 	}
 	if err != nil {
 		panic(b.fail("Allocate", size, err))
@@ -215,7 +215,7 @@ func failOwned(err error) error { return fmt.Errorf("ompalloc: alloc: %w", err) 
 func (b ArrowAllocator) allocateOther(size int) []byte {
 	p, err := b.other.AlignedAlloc(ByteAlignment, uintptr(size))
 	if err == nil && p == nil {
-		err = fmt.Errorf("%w: %v returned no memory", ErrOutOfMemory, b.other)
+		err = fmt.Errorf("AlignedAlloc returned no memory and no error: %w", ErrOutOfMemory)
 	}
 	if err != nil {
 		panic(b.fail("Allocate", size, err))

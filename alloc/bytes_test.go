@@ -316,3 +316,29 @@ func BenchmarkBytes(b *testing.B) {
 		mem.Free(buf)
 	})
 }
+
+// nilInterface is an Interface whose allocations return no memory and no
+// error, as a broken embedding might.
+type nilInterface struct{}
+
+func (nilInterface) Alloc(uintptr) (unsafe.Pointer, error)                 { return nil, nil }
+func (nilInterface) AlignedAlloc(uintptr, uintptr) (unsafe.Pointer, error) { return nil, nil }
+func (nilInterface) Calloc(uintptr, uintptr) (unsafe.Pointer, error)       { return nil, nil }
+func (nilInterface) Realloc(unsafe.Pointer, uintptr) (unsafe.Pointer, error) {
+	return nil, nil
+}
+func (nilInterface) Free(unsafe.Pointer) error { return nil }
+func (nilInterface) String() string            { return "nilInterface" }
+
+// Issue 22, item 2: an Interface that returns no memory panics with the
+// operation first, the allocator named once and the sentinel last (was
+// "...Allocate(8): out of memory: nilInterface returned no memory").
+func TestArrowNoMemoryErrorShape(t *testing.T) {
+	err := recovered(t, func() { NewArrowAllocator(nilInterface{}).Allocate(8) })
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	msg := err.Error()
+	t.Log(msg)
+	require.True(t, strings.HasPrefix(msg, "ompalloc: alloc: ArrowAllocator(nilInterface).Allocate(8): "), "%s", msg)
+	require.Equal(t, 1, strings.Count(msg, "nilInterface"), "the allocator named once: %s", msg)
+	require.True(t, strings.HasSuffix(msg, ": "+ErrOutOfMemory.Error()), "the sentinel last: %s", msg)
+}

@@ -96,6 +96,79 @@ func TestErrorStringsShape(t *testing.T) {
 			_, err := New(memspace.Default, WithPinned(true), WithPinDevice(99))
 			return err, "invalid allocator trait omp_atk_pin_device=99: device 99: "
 		}, []error{ErrInvalidTrait}, nil, ""},
+		// The rest began with their sentinel, the operation after it
+		// ("invalid argument: Make[float64] of negative length -1").
+		{"Make of a negative length", func(t *testing.T) (error, string) {
+			_, err := Make[float64](Default(), -1)
+			return err, "Make[float64]: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"Make of a type holding pointers", func(t *testing.T) (error, string) {
+			_, err := Make[*int](Default(), 1)
+			return err, "Make[*int]: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"Resize to a negative length", func(t *testing.T) (error, string) {
+			_, err := Resize[float64](Default(), nil, -1)
+			return err, "Resize[float64]: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"InspectSlice of an empty slice", func(t *testing.T) (error, string) {
+			_, err := InspectSlice[float64](nil)
+			return err, "InspectSlice[float64]: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"Inspect of a pointer from the Go heap", func(t *testing.T) (error, string) {
+			_, err := Inspect(unsafe.Pointer(&goMem[8]))
+			return err, "Inspect(0x"
+		}, []error{ErrInvalidPointer}, nil, "invalid pointer"},
+		{"AlignedAlloc with a bad alignment", func(t *testing.T) (error, string) {
+			_, err := Default().AlignedAlloc(48, 100)
+			return err, "alignment 48: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"Calloc overflowing", func(t *testing.T) (error, string) {
+			_, err := Default().Calloc(1<<40, 1<<40)
+			return err, "1099511627776 elements of 1099511627776 bytes: "
+		}, []error{ErrOverflow}, nil, "size overflow"},
+		{"New on no memory space", func(t *testing.T) (error, string) {
+			_, err := New(memspace.ID(12345))
+			return err, "new allocator: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"a Buffer freed twice", func(t *testing.T) (error, string) {
+			b, err := NewBuffer[float64](Default(), 4)
+			require.NoError(t, err)
+			require.NoError(t, b.Free())
+			return b.Free(), "Free of a Buffer[float64]"
+		}, []error{ErrDoubleFree}, nil, "block already freed"},
+		{"FreeAfter with no queue", func(t *testing.T) (error, string) {
+			return FreeAfter(unsafe.Pointer(&goMem[8]), nil), "FreeAfter(0x"
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"FreeAfter of a freed block", func(t *testing.T) (error, string) {
+			p, err := Default().Alloc(100)
+			require.NoError(t, err)
+			require.NoError(t, Free(p))
+			return FreeAfter(p, new(target.Queue)), "FreeAfter(0x"
+		}, []error{ErrDoubleFree}, []error{ErrInvalidPointer}, "block already freed"},
+		{"Realloc of target memory", func(t *testing.T) (error, string) {
+			a := mustNew(t, memspace.TargetHost, WithFallback(traits.NullFb))
+			p, err := a.Alloc(64)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, Free(p)) })
+			_, err = Realloc(p, 128, nil)
+			return err, "target memory at 0x"
+		}, []error{ErrNotSupported}, nil, "not supported"},
+		{"a partitioner destroyed twice", func(t *testing.T) (error, string) {
+			p, err := NewPartitioner(PartitionStatic, func(*MemPartition) {}, nil)
+			require.NoError(t, err)
+			require.NoError(t, p.Destroy())
+			return p.Destroy(), "partitioner "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"a partitioner without compute", func(t *testing.T) (error, string) {
+			_, err := NewPartitioner(PartitionStatic, nil, nil)
+			return err, "partitioner: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"SetPart before Init", func(t *testing.T) (error, string) {
+			return new(MemPartition).SetPart(0, 0, 4096), "part 0: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
+		{"Init of no parts", func(t *testing.T) (error, string) {
+			return new(MemPartition).Init(0, 0), "a partition of 0 parts: "
+		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err, prefix := tc.err(t)

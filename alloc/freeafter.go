@@ -48,17 +48,17 @@ func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 		return nil
 	}
 	if q == nil {
-		return fmt.Errorf("%w: free after: a nil queue", ErrInvalidArgument)
+		return fmt.Errorf("FreeAfter(%p): %w: a nil queue", p, ErrInvalidArgument)
 	}
-	if _, err := inspectLive(p); err != nil {
+	if _, err := inspectLive("FreeAfter", p); err != nil {
 		return err
 	}
 	if !markDeferred(p) {
-		return fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+		return fmt.Errorf("FreeAfter(%p): %w: its free already waits for a queue", p, ErrDoubleFree)
 	}
 	if err := q.FreeAfter(func() { completeDeferred(p) }); err != nil {
 		unmarkDeferred(p)
-		return fmt.Errorf("%w: free after: %w", ErrDevice, err)
+		return fmt.Errorf("FreeAfter(%p): %w: %w", p, ErrDevice, err)
 	}
 	return nil
 }
@@ -68,14 +68,14 @@ func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 // deferred false: free it now.
 func freeAfterUse(p unsafe.Pointer) (deferred bool, err error) {
 	if isDeferred(p) {
-		return true, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+		return true, fmt.Errorf("Free(%p): %w: its free already waits for a queue", p, ErrDoubleFree)
 	}
 	b, err := heap.Inspect(uintptr(p))
 	if err != nil {
 		return false, nil // not a live heap block: freeNow says what it is
 	}
 	if !markDeferred(p) {
-		return true, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+		return true, fmt.Errorf("Free(%p): %w: its free already waits for a queue", p, ErrDoubleFree)
 	}
 	if hooks.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
 		return true, nil
@@ -85,20 +85,19 @@ func freeAfterUse(p unsafe.Pointer) (deferred bool, err error) {
 }
 
 // inspectLive checks that p is a live block, with Free's errors.
-func inspectLive(p unsafe.Pointer) (heap.Block, error) {
+// op names the caller for the errors ("FreeAfter").
+func inspectLive(op string, p unsafe.Pointer) (heap.Block, error) {
 	b, err := heap.Inspect(uintptr(p))
 	switch {
 	case err == nil:
 		if isDeferred(p) {
-			return b, fmt.Errorf("%w: %p: its free already waits for a queue", ErrDoubleFree, p)
+			return b, fmt.Errorf("%s(%p): %w: its free already waits for a queue", op, p, ErrDoubleFree)
 		}
 		return b, nil
-	case errors.Is(err, heap.ErrDoubleFree):
-		return b, err
 	case errors.Is(err, heap.ErrForeign) && isTarget(p):
-		return b, fmt.Errorf("%w: free after of target memory %p: free it with Free", ErrNotSupported, p)
+		return b, fmt.Errorf("%s(%p): %w: target memory: free it with Free", op, p, ErrNotSupported)
 	}
-	return b, fmt.Errorf("%w: %w", ErrInvalidPointer, err)
+	return b, opPointerError(op, p, err)
 }
 
 func markDeferred(p unsafe.Pointer) bool {

@@ -2,8 +2,10 @@ package alloc
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -18,6 +20,7 @@ import (
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/traits"
 )
 
 // TestFreeAfterFakeDrivers runs TestFreeAfterChild in a child process whose
@@ -167,6 +170,26 @@ func TestFreeAfterChild(t *testing.T) {
 				require.Equal(t, n0, a.Stats().BlocksLive)
 				require.NoError(t, q.Synchronize())
 				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed once, by the Synchronize")
+			})
+
+			// Issue 22, item 2: the operation first, then the cause (was
+			// "device error: allocator#...: free of 0x...: ...").
+			t.Run("a device free the driver refuses", func(t *testing.T) {
+				if d.Plugin() != "cuda" {
+					t.Skip("the failure is injected into the fake libcuda")
+				}
+				th := mustNew(t, memspace.TargetHost, WithTrait(traits.PreferredDevice, uintptr(d.ID)), WithFallback(traits.NullFb))
+				p, err := th.Alloc(n)
+				require.NoError(t, err)
+				t.Setenv("FAKECUDA_FAIL", "cuMemFreeHost")
+				err = Free(p)
+				require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
+				require.ErrorIs(t, err, ErrDevice)
+				msg := err.Error()
+				t.Log(msg)
+				require.True(t, strings.HasPrefix(msg, fmt.Sprintf("Free(%p) of %v: %v: ", p, th, ErrDevice)), "%s", msg)
+				require.Equal(t, 1, strings.Count(msg, ErrDevice.Error()), "%s", msg)
+				require.Equal(t, 1, strings.Count(msg, th.String()), "%s", msg)
 			})
 
 			t.Run("nothing in flight frees at once", func(t *testing.T) {

@@ -39,7 +39,7 @@ func Inspect(p unsafe.Pointer) (BlockInfo, error) {
 					Pinned: tb.kind == plugin.MemHost && !tb.dev.IsHost()}, nil
 			}
 		}
-		return BlockInfo{}, pointerError(err)
+		return BlockInfo{}, opPointerError("Inspect", p, err)
 	}
 	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room, Pinned: isPinnedHeap(b.Heap)}, nil
 }
@@ -63,7 +63,7 @@ func Containing(p unsafe.Pointer) (start unsafe.Pointer, size uintptr, ok bool) 
 // does; an empty slice has no block (ErrInvalidArgument).
 func InspectSlice[T any](s []T) (BlockInfo, error) {
 	if cap(s) == 0 {
-		return BlockInfo{}, fmt.Errorf("%w: InspectSlice[%v]: an empty slice has no block", ErrInvalidArgument, typeName[T]())
+		return BlockInfo{}, fmt.Errorf("InspectSlice[%v]: %w: an empty slice has no block", typeName[T](), ErrInvalidArgument)
 	}
 	return inspectSlice(unsafe.Pointer(unsafe.SliceData(s)), "InspectSlice["+typeName[T]()+"]")
 }
@@ -76,14 +76,6 @@ func inspectSlice(p unsafe.Pointer, what string) (BlockInfo, error) {
 		return BlockInfo{}, sliceError(what, err)
 	}
 	return info, nil
-}
-
-// pointerError makes a heap error one of this package's sentinels.
-func pointerError(err error) error {
-	if errors.Is(err, heap.ErrDoubleFree) {
-		return err // ErrDoubleFree is heap.ErrDoubleFree
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidPointer, err)
 }
 
 // opPointerError is the error of op(p) for the heap's error err, in Go's
@@ -157,7 +149,7 @@ func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
 		if errors.Is(err, heap.ErrForeign) && isTarget(p) {
 			return false, nil
 		}
-		return false, pointerError(err)
+		return false, opPointerError("Resize", p, err)
 	}
 	if !ok {
 		return false, nil

@@ -44,7 +44,7 @@ func (a *Allocator) AlignedCalloc(alignment, nmemb, size uintptr) (unsafe.Pointe
 	}
 	hi, n := bits.Mul64(uint64(nmemb), uint64(size))
 	if hi != 0 || uint64(uintptr(n)) != n {
-		return nil, fmt.Errorf("%w: %d elements of %d bytes", ErrOverflow, nmemb, size)
+		return nil, fmt.Errorf("%d elements of %d bytes: %w", nmemb, size, ErrOverflow)
 	}
 	return a.alloc(uintptr(n), alignment, true)
 }
@@ -60,7 +60,7 @@ func (a *Allocator) Free(p unsafe.Pointer) error { return Free(p) }
 
 func checkAlign(al uintptr) error {
 	if al == 0 || al&(al-1) != 0 {
-		return fmt.Errorf("%w: alignment %d is not a power of two", ErrInvalidArgument, al)
+		return fmt.Errorf("alignment %d: %w: not a power of two", al, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -366,7 +366,7 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 	b, err := heap.Inspect(uintptr(p))
 	if err != nil {
 		if errors.Is(err, heap.ErrForeign) && isTarget(p) {
-			return nil, fmt.Errorf("%w: realloc of target memory %p", ErrNotSupported, p)
+			return nil, fmt.Errorf("target memory at %p: %w: it cannot be reallocated", p, ErrNotSupported)
 		}
 		return nil, opPointerError("Realloc", p, err)
 	}
@@ -396,7 +396,7 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 		return nil, err
 	}
 	if np == nil { // a target allocator handed back nothing
-		return nil, fmt.Errorf("%w: realloc into %v", ErrNotSupported, a)
+		return nil, fmt.Errorf("%v: %w: no memory returned for a realloc of %p", a, ErrNotSupported, p)
 	}
 	cmem.Copy(uintptr(np), uintptr(p), min(b.Size, size))
 	if err := Free(p); err != nil {

@@ -63,7 +63,7 @@ func (p *MemPartition) Arg() uintptr { return p.arg }
 // with SetPart) and carries userData for the release routine.
 func (p *MemPartition) Init(nparts int, userData uintptr) error {
 	if nparts < 1 {
-		return fmt.Errorf("%w: a partition needs at least one part, not %d", ErrInvalidArgument, nparts)
+		return fmt.Errorf("a partition of %d parts: %w: it needs at least one", nparts, ErrInvalidArgument)
 	}
 	p.parts, p.userData, p.inited = make([]mempart, nparts), userData, true
 	return nil
@@ -74,13 +74,13 @@ func (p *MemPartition) Init(nparts int, userData uintptr) error {
 func (p *MemPartition) SetPart(part, resource int, size uintptr) error {
 	switch {
 	case !p.inited:
-		return fmt.Errorf("%w: omp_mempartition_set_part before omp_init_mempartition", ErrInvalidArgument)
+		return fmt.Errorf("part %d: %w: omp_mempartition_set_part before omp_init_mempartition", part, ErrInvalidArgument)
 	case part < 0 || part >= len(p.parts):
-		return fmt.Errorf("%w: part %d out of range [0, %d)", ErrInvalidArgument, part, len(p.parts))
+		return fmt.Errorf("part %d: %w: out of range [0, %d)", part, ErrInvalidArgument, len(p.parts))
 	case resource < 0 || resource >= p.nres:
-		return fmt.Errorf("%w: resource %d out of range [0, %d)", ErrInvalidArgument, resource, p.nres)
+		return fmt.Errorf("part %d: %w: resource %d out of range [0, %d)", part, ErrInvalidArgument, resource, p.nres)
 	case size == 0:
-		return fmt.Errorf("%w: part %d of size 0", ErrInvalidArgument, part)
+		return fmt.Errorf("part %d: %w: size 0", part, ErrInvalidArgument)
 	}
 	p.parts[part] = mempart{resource: resource, size: size, set: true}
 	return nil
@@ -133,10 +133,10 @@ var (
 // may be nil, is called on each partition when its lifetime ends.
 func NewPartitioner(lifetime PartitionerLifetime, compute, release func(*MemPartition)) (*Partitioner, error) {
 	if lifetime < PartitionStatic || lifetime > PartitionDynamic {
-		return nil, fmt.Errorf("%w: partitioner lifetime %d: want static (1), allocator (2) or dynamic (3)", ErrInvalidArgument, lifetime)
+		return nil, fmt.Errorf("partitioner lifetime %d: %w: want static (1), allocator (2) or dynamic (3)", lifetime, ErrInvalidArgument)
 	}
 	if compute == nil {
-		return nil, fmt.Errorf("%w: a partitioner needs a compute routine", ErrInvalidArgument)
+		return nil, fmt.Errorf("partitioner: %w: no compute routine", ErrInvalidArgument)
 	}
 	partitionersMu.Lock()
 	defer partitionersMu.Unlock()
@@ -163,10 +163,10 @@ func (p *Partitioner) Destroy() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
-		return fmt.Errorf("%w: partitioner %d already destroyed", ErrInvalidArgument, p.handle)
+		return fmt.Errorf("partitioner %d: %w: already destroyed", p.handle, ErrInvalidArgument)
 	}
 	if p.users > 0 {
-		return fmt.Errorf("%w: partitioner %d is used by %d live allocators", ErrInvalidArgument, p.handle, p.users)
+		return fmt.Errorf("partitioner %d: %w: used by %d live allocators", p.handle, ErrInvalidArgument, p.users)
 	}
 	p.dead = true
 	for _, mp := range p.static {
@@ -204,7 +204,7 @@ func newPartitionerUse(ms memspace.ID, set traits.Set) (*partitionerUse, error) 
 	}
 	nodes, _, _ := memspace.Placement(ms)
 	if len(nodes) == 0 {
-		return nil, fmt.Errorf("%w: partition=partitioner on %v: no NUMA nodes back it", ErrNotSupported, ms)
+		return nil, fmt.Errorf("partition=partitioner on %v: %w: no NUMA nodes back it", ms, ErrNotSupported)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -221,7 +221,7 @@ func (u *partitionerUse) compute(size uintptr) (*MemPartition, error) {
 	u.p.compute(mp)
 	if err := mp.check(); err != nil {
 		u.p.releasePart(mp)
-		return nil, fmt.Errorf("%w: partitioner %d: %v", ErrPlacement, u.p.handle, err)
+		return nil, fmt.Errorf("partitioner %d: %w: %v", u.p.handle, ErrPlacement, err)
 	}
 	return mp, nil
 }
@@ -327,7 +327,7 @@ func (u *partitionerUse) destroyed() {
 // from a heap that no other kind of allocator shares.
 func (a *Allocator) usePartitioner(ms memspace.ID, set traits.Set) error {
 	if a.heap == nil || set.Pinned {
-		return fmt.Errorf("%w: partition=partitioner on %v: only unpinned host memory can be partitioned", ErrNotSupported, ms)
+		return fmt.Errorf("partition=partitioner on %v: %w: only unpinned host memory can be partitioned", ms, ErrNotSupported)
 	}
 	u, err := newPartitionerUse(ms, set)
 	if err != nil {

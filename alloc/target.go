@@ -65,7 +65,7 @@ func newTargetBackend(ms memspace.ID, set traits.Set) (*targetBackend, error) {
 	case memspace.TargetDevice:
 		tb.kind = plugin.MemDevice
 	default:
-		return nil, fmt.Errorf("%w: %v is not a target memory space", ErrInvalidArgument, ms)
+		return nil, fmt.Errorf("new allocator: %w: %v is not a target memory space", ErrInvalidArgument, ms)
 	}
 	return tb, nil
 }
@@ -141,7 +141,7 @@ func freeTarget(p unsafe.Pointer) (bool, error) {
 		b.a.release()
 	}
 	if err := targetFreeOn(b.dev, b.kind, b.base, b.pooled); err != nil {
-		return true, fmt.Errorf("%w: %v: free of %p: %w", ErrDevice, b.a, p, err)
+		return true, fmt.Errorf("Free(%p) of %v: %w: %w", p, b.a, ErrDevice, err)
 	}
 	return true, nil
 }

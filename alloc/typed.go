@@ -17,10 +17,10 @@ func Make[T any](a Interface, n int) ([]T, error) {
 	var zero T
 	t := reflect.TypeOf(&zero).Elem()
 	if n < 0 {
-		return nil, fmt.Errorf("%w: Make[%v] of negative length %d", ErrInvalidArgument, t, n)
+		return nil, fmt.Errorf("Make[%v]: %w: negative length %d", t, ErrInvalidArgument, n)
 	}
 	if cmem.HasPointers(t) {
-		return nil, fmt.Errorf("%w: Make[%v]: the type holds Go pointers, which must not live in C memory", ErrInvalidArgument, t)
+		return nil, fmt.Errorf("Make[%v]: %w: the type holds Go pointers, which must not live in C memory", t, ErrInvalidArgument)
 	}
 	if n == 0 || unsafe.Sizeof(zero) == 0 {
 		return nil, nil
@@ -74,7 +74,7 @@ func Resize[T any](a *Allocator, s []T, n int) ([]T, error) {
 	var zero T
 	what := "Resize[" + typeName[T]() + "]"
 	if n < 0 {
-		return nil, fmt.Errorf("%w: %s to negative length %d", ErrInvalidArgument, what, n)
+		return nil, fmt.Errorf("%s: %w: negative length %d", what, ErrInvalidArgument, n)
 	}
 	if cap(s) == 0 {
 		return Make[T](a, n)
@@ -85,7 +85,7 @@ func Resize[T any](a *Allocator, s []T, n int) ([]T, error) {
 	sz := unsafe.Sizeof(zero)
 	hi, nb := bits.Mul64(uint64(n), uint64(sz))
 	if hi != 0 || uint64(uintptr(nb)) != nb {
-		return nil, fmt.Errorf("%w: %s: %d elements of %d bytes", ErrOverflow, what, n, sz)
+		return nil, fmt.Errorf("%s: %w: %d elements of %d bytes", what, ErrOverflow, n, sz)
 	}
 	p := unsafe.Pointer(unsafe.SliceData(s))
 	info, err := inspectSlice(p, what)

@@ -47,7 +47,7 @@ func openLibC() (*LibC, error) {
 		{&c.mlock, "mlock"}, {&c.munlock, "munlock"}, {&c.errno, errnoSymbol},
 	} {
 		if *s.p = dlsym(h, s.name); *s.p == 0 {
-			return nil, fmt.Errorf("%w: %s in %s", ErrSymbolMissing, s.name, libcPath)
+			return nil, fmt.Errorf("%s in %s: %w", s.name, libcPath, ErrSymbolMissing)
 		}
 	}
 	return c, nil

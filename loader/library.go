@@ -66,7 +66,7 @@ func (l *Library) Sym(name string) (uintptr, error) {
 	if p := dlsym(l.handle, name); p != 0 {
 		return p, nil
 	}
-	return 0, fmt.Errorf("%w: %s in %s", ErrSymbolMissing, name, l.Path)
+	return 0, fmt.Errorf("%s in %s: %w", name, l.Path, ErrSymbolMissing)
 }
 
 // Symbol is one entry of a symbol table.
@@ -95,7 +95,7 @@ func (l *Library) Bind(table []Symbol) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s in %s", ErrSymbolMissing, strings.Join(missing, ", "), l.Path)
+		return fmt.Errorf("%s in %s: %w", strings.Join(missing, ", "), l.Path, ErrSymbolMissing)
 	}
 	return nil
 }

@@ -89,8 +89,9 @@ func TestSym(t *testing.T) {
 
 	_, err = lib.Sym("ompalloc_no_such_symbol")
 	require.ErrorIs(t, err, ErrSymbolMissing)
-	require.Contains(t, err.Error(), "ompalloc_no_such_symbol")
-	require.Contains(t, err.Error(), libcPath)
+	// Issue 22: the lookup first, then the cause (was "symbol missing:
+	// ompalloc_no_such_symbol in ...").
+	require.Equal(t, "ompalloc_no_such_symbol in "+libcPath+": "+ErrSymbolMissing.Error(), err.Error())
 }
 
 func TestBindRequiredOptional(t *testing.T) {
@@ -117,6 +118,7 @@ func TestBindRequiredOptional(t *testing.T) {
 	for _, s := range []string{"ompalloc_missing_one", "ompalloc_missing_two", libcPath} {
 		require.Contains(t, err.Error(), s, "the error names every missing symbol and the library")
 	}
+	require.True(t, strings.HasSuffix(err.Error(), ": "+ErrSymbolMissing.Error()), "the cause last: %s", err)
 	require.Equal(t, getpid, y, "present symbols are bound even when others are missing")
 }
 

@@ -145,8 +145,8 @@ func bind(lib *loader.Library) (*driver, error) {
 				*e.Addr = 0
 				continue
 			}
-			missing = append(missing, fmt.Errorf("%w: %s in %s (the unversioned %s has another ABI)",
-				loader.ErrSymbolMissing, name, lib.Path, e.Name))
+			missing = append(missing, fmt.Errorf("%s in %s (the unversioned %s has another ABI): %w",
+				name, lib.Path, e.Name, loader.ErrSymbolMissing))
 		}
 	}
 	if len(missing) > 0 {

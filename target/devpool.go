@@ -3,7 +3,15 @@ package target
 // A caching pool of device memory per device, as PyTorch's, CuPy's and
 // RMM's allocators keep one: cudaMalloc/cudaFree (cuMemAlloc/cuMemFree)
 // may synchronize the device, so freed blocks are kept and handed out
-// again. The pool is the size-class cache with stream-ordered reuse:
+// again.
+//
+// Where the plugin offers the driver's own stream-ordered allocator
+// (plugin.MemPooler: CUDA with CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED),
+// the pool is that (cuMemAllocFromPoolAsync, cuMemFreeAsync, a release
+// threshold, cuMemPoolTrimTo) and the driver keeps the ordering rule below;
+// target keeps the books of what it handed out, the limit, and the list of
+// queues a free without a queue waits for. Otherwise (older CUDA drivers,
+// HSA) the pool is the size-class cache here, under the same rule:
 //
 //   - a block freed with a queue (PoolFree(p, q)) may be handed out again
 //     at once to an allocation for that same queue (its later work runs
@@ -31,6 +39,12 @@ var ErrPoolLimit = errors.New("device pool limit reached")
 
 // PoolStats describes a device's memory pool, as torch.cuda.memory_stats
 // does: bytes reserved from the driver against bytes handed out.
+//
+// With the driver's pool (DriverPool), Reserved and InUse are the driver's
+// own figures (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, USED_MEM_CURRENT, read
+// when PoolStats is called), Allocs counts the allocations, and the fields
+// of the size-class cache (FreeBlocks, Waiting, Hits, Misses, Released)
+// stay zero: the driver does not say.
 type PoolStats struct {
 	Reserved   uintptr // bytes of device memory the pool holds (in use and free)
 	InUse      uintptr // bytes of the blocks handed out (rounded to their size class)
@@ -40,6 +54,8 @@ type PoolStats struct {
 	Hits       uint64  // allocations served from the cache
 	Misses     uint64  // allocations that asked the driver
 	Released   uint64  // blocks given back to the driver (trim, limit)
+	DriverPool bool    // the driver's stream-ordered allocator serves the device
+	Allocs     uint64  // allocations (hits and misses, or the driver pool's)
 }
 
 type poolBlock struct {
@@ -53,9 +69,47 @@ type poolBlock struct {
 type devPool struct {
 	mu    sync.Mutex
 	free  map[uintptr][]poolBlock // by class size, most recently freed last
-	live  map[uintptr]uintptr     // handed-out block → class size
+	live  map[uintptr]uintptr     // handed-out block → class size (driver pool: bytes asked)
 	st    PoolStats
 	limit uintptr
+
+	drvOnce sync.Once
+	drv     plugin.MemPool // the driver's stream-ordered pool; nil: the size-class cache
+	drvSet  bool           // drvOnce ran (read under mu)
+}
+
+// driverPool returns the plugin's stream-ordered pool of the open device d,
+// asked once, or nil. The release threshold follows the limit.
+func (d *Device) driverPool() plugin.MemPool {
+	pl := d.devpool
+	pl.drvOnce.Do(func() {
+		mp, ok := d.impl.(plugin.MemPooler)
+		var drv plugin.MemPool
+		if ok {
+			drv = mp.MemPool()
+		}
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		pl.drvSet = true
+		if drv == nil {
+			return
+		}
+		pl.drv = drv
+		if pl.limit != 0 {
+			_ = drv.SetReleaseThreshold(uint64(pl.limit))
+		}
+	})
+	return pl.drv
+}
+
+// knownDriverPool is the driver pool when PoolAlloc asked for it already
+// (nil otherwise: then nothing was allocated from it); for the calls that
+// must not open the device. Called with pl.mu held.
+func (pl *devPool) knownDriverPoolLocked() plugin.MemPool {
+	if !pl.drvSet {
+		return nil
+	}
+	return pl.drv
 }
 
 func newDevPool() *devPool {
@@ -85,6 +139,9 @@ func (d *Device) PoolAlloc(n uintptr, q *Queue) (uintptr, error) {
 	}
 	if err := d.checkQueue(q); err != nil {
 		return 0, err
+	}
+	if drv := d.driverPool(); drv != nil {
+		return d.driverPoolAlloc(drv, n, q)
 	}
 	pl := d.devpool
 	c := poolClass(n)
@@ -120,6 +177,7 @@ func (d *Device) PoolAlloc(n uintptr, q *Queue) (uintptr, error) {
 	}
 	pl.st.Reserved += c // reserved before the driver call, so that racing allocations respect the limit
 	pl.st.Misses++
+	pl.st.Allocs++
 	pl.mu.Unlock()
 	p, err := d.impl.Alloc(plugin.MemDevice, c)
 	pl.mu.Lock()
@@ -143,6 +201,7 @@ func (pl *devPool) takeLocked(c uintptr, q *Queue) (uintptr, bool) {
 			pl.live[b.p] = c
 			pl.st.InUse += c
 			pl.st.Hits++
+			pl.st.Allocs++
 			return b.p, true
 		}
 	}
@@ -181,6 +240,12 @@ func (d *Device) PoolFree(p uintptr, q *Queue) error {
 	if !ok {
 		pl.mu.Unlock()
 		return fmt.Errorf("device %d: pool free of %#x: %w: not a live block of the device's pool", d.ID, p, ErrInvalidArgument)
+	}
+	if drv := pl.knownDriverPoolLocked(); drv != nil {
+		delete(pl.live, p)
+		pl.st.InUse -= c
+		pl.mu.Unlock()
+		return d.driverPoolFree(drv, p, c, q)
 	}
 	delete(pl.live, p)
 	pl.st.InUse -= c
@@ -221,9 +286,18 @@ func (d *Device) PoolFree(p uintptr, q *Queue) error {
 func (d *Device) PoolStats() PoolStats {
 	pl := d.devpool
 	pl.mu.Lock()
-	defer pl.mu.Unlock()
+	drv := pl.knownDriverPoolLocked()
 	st := pl.st
 	st.Limit = pl.limit
+	if drv != nil {
+		pl.mu.Unlock()
+		st.DriverPool = true
+		if reserved, used, err := drv.Stats(); err == nil {
+			st.Reserved, st.InUse = uintptr(reserved), uintptr(used)
+		}
+		return st
+	}
+	defer pl.mu.Unlock()
 	for _, l := range pl.free {
 		st.FreeBlocks += len(l)
 		for _, b := range l {
@@ -243,6 +317,15 @@ func (d *Device) SetPoolLimit(n uintptr) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	pl.limit = n
+	if drv := pl.knownDriverPoolLocked(); drv != nil {
+		keep := ^uint64(0)
+		if n != 0 {
+			keep = uint64(n)
+			_ = drv.Trim(n)
+		}
+		_ = drv.SetReleaseThreshold(keep)
+		return
+	}
 	if n != 0 && pl.st.Reserved > n {
 		pl.releaseLocked(d, pl.st.Reserved-n)
 	}
@@ -255,6 +338,10 @@ func (d *Device) SetPoolLimit(n uintptr) {
 func (d *Device) TrimPool(keep uintptr) uintptr {
 	pl := d.devpool
 	pl.mu.Lock()
+	if drv := pl.knownDriverPoolLocked(); drv != nil {
+		pl.mu.Unlock()
+		return driverPoolTrim(drv, keep)
+	}
 	defer pl.mu.Unlock()
 	if pl.st.Reserved <= keep {
 		return 0
@@ -296,10 +383,20 @@ func (pl *devPool) releaseLocked(d *Device, want uintptr) uintptr {
 	return got
 }
 
-// closePool frees every block of the pool, live or cached (device close).
+// closePool frees every block of the pool, live or cached (device close,
+// after its queues were destroyed); the plugin's Close destroys a driver
+// pool.
 func (pl *devPool) closePool(impl plugin.Impl) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	if drv := pl.knownDriverPoolLocked(); drv != nil {
+		for p := range pl.live {
+			_ = drv.Free(p, nil, nil)
+		}
+		pl.live = map[uintptr]uintptr{}
+		pl.st.InUse = 0
+		return
+	}
 	for _, l := range pl.free {
 		for _, b := range l {
 			_ = impl.Free(plugin.MemDevice, b.p)

@@ -25,7 +25,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, f.live(plugin.MemDevice))
 	st := d.PoolStats()
-	require.Equal(t, PoolStats{Reserved: 1 << 20, InUse: 1 << 20, Misses: 1}, st)
+	require.Equal(t, PoolStats{Reserved: 1 << 20, InUse: 1 << 20, Misses: 1, Allocs: 1}, st)
 
 	require.NoError(t, d.PoolFree(p, nil))
 	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
@@ -50,7 +50,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 
 	require.Equal(t, uintptr(1<<20), d.TrimPool(0))
 	require.Zero(t, f.live(plugin.MemDevice))
-	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1}, d.PoolStats())
+	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1, Allocs: 2}, d.PoolStats())
 }
 
 // A block freed after use on queue A is reused by A at once, by anyone

@@ -32,6 +32,25 @@ type Queue struct {
 	pending []pending // in the order handed over
 	seq     uint64    // the seq of the next pending entry
 	closed  bool
+
+	// issued counts the work issued on impl; done is issued as it was
+	// before the latest Synchronize or Query that found the work done. A
+	// free without a queue waits only for the queues not known idle
+	// (idle), sparing the driver calls of the others.
+	issued, done atomic.Uint64
+}
+
+// idle reports whether all work issued on q is known to have completed.
+func (q *Queue) idle() bool { return q.done.Load() == q.issued.Load() }
+
+// markDone records that the work counted in n has completed.
+func (q *Queue) markDone(n uint64) {
+	for {
+		d := q.done.Load()
+		if d >= n || q.done.CompareAndSwap(d, n) {
+			return
+		}
+	}
 }
 
 // pending is something released once the copies issued before it finish.
@@ -94,6 +113,7 @@ func (q *Queue) issue(fn func(plugin.QueueImpl) error, p pending) error {
 	if err := fn(q.impl); err != nil {
 		return err
 	}
+	q.issued.Add(1)
 	if p.holds() {
 		q.mu.Lock()
 		q.appendLocked(p)
@@ -123,11 +143,13 @@ func (q *Queue) Synchronize() error {
 	// Everything pending now belongs to copies issued before the wait starts.
 	limit := q.seq
 	q.mu.Unlock()
+	issued := q.issued.Load()
 	err := q.impl.Synchronize()
 	q.life.RUnlock()
 	if err != nil {
 		return fmt.Errorf("device %d: synchronize: %w", q.dev.ID, err)
 	}
+	q.markDone(issued)
 	q.mu.Lock()
 	done := q.takeLocked(limit)
 	q.mu.Unlock()
@@ -155,9 +177,11 @@ func (q *Queue) Query() (bool, error) {
 // q.mu (held on entry, released on return), so a submission cannot slip a
 // buffer in between; the release itself runs after unlocking.
 func (q *Queue) queryAndReleaseLocked() (bool, error) {
+	issued := q.issued.Load()
 	ok, err := q.impl.Query()
 	var done []pending
 	if err == nil && ok {
+		q.markDone(issued)
 		done = q.takeLocked(q.seq)
 	}
 	q.mu.Unlock()

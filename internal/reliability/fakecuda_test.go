@@ -80,7 +80,11 @@ func injectCUDA(t *testing.T, spec string) func() {
 
 func fakeCUDAEnv(t *testing.T) []string {
 	lib := fakedrv.Build(t, "fakecuda")
-	return []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=", "OMPALLOC_DISABLE_CUDA="}
+	// An older driver without memory pools (FAKECUDA_NO_MEMPOOLS): the
+	// device pool is the size-class cache over cuMemAlloc_v2, whose
+	// failures the "cuMemAlloc" step injects; a failing
+	// cuMemAllocFromPoolAsync is kmp's TestTargetAllocPoolOnFakeGPU's.
+	return []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=", "OMPALLOC_DISABLE_CUDA=", "FAKECUDA_NO_MEMPOOLS=1"}
 }
 
 // Driver calls of the fake CUDA driver fail one at a time; after each the

@@ -42,6 +42,8 @@ type device struct {
 
 	pmu   sync.Mutex
 	peers map[*device]peerState // what PeerAccess found, per other device
+
+	mpState // the stream-ordered pool (mempool.go)
 }
 
 // keepSyncStreams bounds the idle streams a device keeps for synchronous
@@ -96,6 +98,12 @@ func (d *device) describe() error {
 	d.info.Memory = mem
 	d.info.Capability = fmt.Sprintf("%d.%d", major, minor)
 	d.info.NUMANode = d.pciNode()
+	// An older driver does not know attribute 115 (CUDA_ERROR_INVALID_VALUE):
+	// no pool support, as when it says 0.
+	var pools int32
+	if drv.hasPools() && call(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&pools)), cuDeviceAttributeMemoryPoolsSupported, uintptr(d.dev)) == cudaSuccess {
+		d.poolsSupported = pools != 0
+	}
 	return nil
 }
 
@@ -483,7 +491,7 @@ func (d *device) Close() error {
 	}
 	d.openMu.Unlock()
 	var errs []error
-	errs = append(errs, d.destroySyncStreams())
+	errs = append(errs, d.closeMemPool(), d.destroySyncStreams())
 	errs = append(errs, d.drv.regs.releaseAll(d))
 	d.mu.Lock()
 	allocs := d.allocs

@@ -56,7 +56,8 @@ type driver struct {
 	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess, cuMemcpyPeerAsync uintptr
 	cuDeviceGetPCIBusId, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxSetFlags             uintptr
 
-	tensorSyms // events and pools (tensor.go)
+	tensorSyms // events between queues (tensor.go)
+	poolSyms   // the stream-ordered allocator (mempool.go)
 	regs       registrations
 }
 
@@ -119,7 +120,7 @@ func (d *driver) table() []entry {
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
 		opt("cuDevicePrimaryCtxGetState", &d.cuDevicePrimaryCtxGetState),
 		ver(opt("cuDevicePrimaryCtxSetFlags", &d.cuDevicePrimaryCtxSetFlags)), // the v1 refuses an active context
-	}, d.tensorTable(opt)...)
+	}, append(d.tensorTable(opt), d.poolTable(opt)...)...)
 }
 
 // bind resolves the table in lib. A versioned symbol must bind to its _v2

@@ -20,7 +20,7 @@ func driverLeaks() error {
 		return err
 	}
 	var leaks []string
-	for kind, what := range []string{"device allocations", "managed allocations", "pinned host allocations", "registrations", "streams"} {
+	for kind, what := range []string{"device allocations", "managed allocations", "pinned host allocations", "registrations", "streams", "blocks of memory pools"} {
 		if n := int32(dlcall.Call(live, uintptr(kind))); n != 0 {
 			leaks = append(leaks, fmt.Sprintf("%d %s", n, what))
 		}

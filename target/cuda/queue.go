@@ -13,6 +13,9 @@ type Queue struct {
 	d      *device
 	mu     sync.Mutex    // serialises Destroy with itself
 	stream atomic.Uint64 // CUstream; 0 once destroyed
+
+	evMu   sync.Mutex // guards poolEv
+	poolEv uintptr    // CUevent nil-queue pool frees wait for (mempool.go), 0 until needed
 }
 
 func (q *Queue) handle() uintptr { return uintptr(q.stream.Load()) }
@@ -64,7 +67,16 @@ func (q *Queue) Destroy() error {
 	if err := q.Synchronize(); err != nil {
 		return err
 	}
+	q.evMu.Lock()
 	q.stream.Store(0)
+	ev := q.poolEv
+	q.poolEv = 0
+	q.evMu.Unlock()
+	if ev != 0 {
+		// Waits already issued on it stay valid (cuEventDestroy returns at
+		// once and releases the event once the device completed it).
+		_ = q.d.withCtx("cuEventDestroy", func() result { return call(q.d.drv.cuEventDestroy, ev) })
+	}
 	return q.d.withCtx("cuStreamDestroy", func() result { return call(q.d.drv.cuStreamDestroy, s) })
 }
 

@@ -10,8 +10,7 @@ import (
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
-// tensorSyms are the optional symbols of events between queues and of the
-// stream-ordered allocator.
+// tensorSyms are the optional symbols of events between queues.
 type tensorSyms struct {
 	cuStreamWaitEvent, cuEventElapsedTime uintptr
 }

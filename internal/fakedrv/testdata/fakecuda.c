@@ -94,6 +94,11 @@
  *     written yet); blocking streams (flags 0) and the legacy stream wait for
  *     each other. cuMemFree_v2 waits for every legacy stream first;
  *     cuMemHostUnregister and cuMemFreeHost wait for every stream.
+ *   - The stream-ordered allocator (cuDeviceGetDefaultMemPool, cuMemPoolCreate/
+ *     Destroy, cuMemAllocFromPoolAsync, cuMemAllocAsync, cuMemFreeAsync,
+ *     cuMemPoolSet/GetAttribute, cuMemPoolTrimTo): see its section at the end,
+ *     which quotes the reference. FAKECUDA_NO_MEMPOOLS=1 makes the device an
+ *     older one (attribute 115 is 0).
  *
  * Error injection (read at every call, so it may change while a process runs;
  * a changed value restarts the counts):
@@ -108,7 +113,10 @@
  *   long fakecuda_calls(const char *name)  calls of name so far (without _v2)
  *   int  fakecuda_live(int kind)           live regions of a kind: 0 device,
  *                                          1 managed, 2 host-alloc, 3 registered,
- *                                          4 streams
+ *                                          4 streams, 5 blocks pools hold
+ *   long fakecuda_pool_misuse(void)        copies that touched pool memory before
+ *                                          its allocation or after its free
+ *                                          completed on the device
  *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
  *   int  fakecuda_peer_enabled(int a, int b) whether a's context may access b's
  *   void fakecuda_gate(const char *name, int closed) closes (1) or opens (0) a
@@ -210,7 +218,11 @@ static const struct {
 #define DEV_BASE 0x0080000000000000ULL   /* device memory, + (dev << 48) */
 #define MAX_DEVICES 32
 
-enum { K_DEVICE, K_MANAGED, K_HOSTALLOC, K_REGISTERED, K_NKINDS };
+/* K_NKINDS is also fakecuda_live's code for streams; K_POOL (5) is memory
+   a stream-ordered pool reserved (cuMemAllocFromPoolAsync). */
+enum { K_DEVICE, K_MANAGED, K_HOSTALLOC, K_REGISTERED, K_NKINDS, K_POOL };
+
+struct pool_blk;
 
 struct region {
 	int kind, dev;
@@ -218,6 +230,7 @@ struct region {
 	uintptr_t host;   /* host address (backing store for K_DEVICE) */
 	CUdeviceptr dptr; /* device address */
 	size_t size;
+	struct pool_blk *blk; /* K_POOL: the pool's block */
 	struct region *next;
 };
 
@@ -235,6 +248,11 @@ struct op {
 	unsigned long long seq;
 	struct fake_event *wait_ev; /* non-NULL: cuStreamWaitEvent until wait_ev->done >= wait_seq */
 	unsigned long long wait_seq;
+	int pool_op;               /* POOL_ALLOC, POOL_FREE: a stream-ordered allocator operation on pblk */
+	struct pool_blk *pblk;
+	unsigned long long pseq;
+	struct pool_blk *use[2];   /* a copy: the pool blocks it reads or writes, */
+	unsigned long long use_alloc[2], use_free[2]; /* and their counts when it was issued */
 	struct op *next;
 };
 
@@ -288,6 +306,12 @@ static void drain_all_streams(void);
 static void stream_wait_event_op(struct op *o);
 static void drain_legacy(struct fake_ctx *ctx);
 static int prohibited(CUdevice d);
+static void pool_op_done(struct op *o);
+static void pool_use_check(struct op *o);
+static void pool_note_use(struct op *o, const void *dst, const void *src);
+static void pool_observe(struct fake_stream *s);
+static void pool_reset(int dev);
+static int pools_supported(void);
 
 /* Events have their own lock: workers complete them without g_mu. */
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -737,6 +761,9 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	case 76: /* COMPUTE_CAPABILITY_MINOR */
 		*v = g_ccmin;
 		return CUDA_SUCCESS;
+	case 115: /* MEMORY_POOLS_SUPPORTED: 0 with FAKECUDA_NO_MEMPOOLS=1, as an older driver */
+		*v = pools_supported();
+		return CUDA_SUCCESS;
 	}
 	return CUDA_ERROR_INVALID_VALUE;
 }
@@ -749,6 +776,7 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
    registrations. Host memory is not freed (the program may still touch its
    pages; the real driver would unmap them) but no longer pinned or known. */
 static void reset_ctx(int dev) {
+	pool_reset(dev);
 	pthread_mutex_lock(&g_mu);
 	for (int i = 0; i < MAX_DEVICES; i++)
 		g_peer[dev][i] = g_peer[i][dev] = 0;
@@ -1302,7 +1330,7 @@ API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
 		*(CUdeviceptr *)data = by_host ? x->dptr + ((uintptr_t)ptr - x->host) : ptr;
 		break;
 	case 4: /* HOST_POINTER */
-		if (x->kind == K_DEVICE)
+		if (x->kind == K_DEVICE || x->kind == K_POOL)
 			r = CUDA_ERROR_INVALID_VALUE;
 		else
 			*(void **)data = (void *)(by_host ? (uintptr_t)ptr : x->host + (uintptr_t)(ptr - x->dptr));
@@ -1389,6 +1417,19 @@ static void *worker(void *arg) {
 			pthread_cond_broadcast(&s->cv);
 			continue;
 		}
+		if (o->pool_op) { /* a stream-ordered allocation or free reached */
+			s->busy = 1;
+			s->head = o->next;
+			if (!s->head)
+				s->tail = NULL;
+			pthread_mutex_unlock(&s->mu);
+			pool_op_done(o);
+			free(o);
+			pthread_mutex_lock(&s->mu);
+			s->busy = 0;
+			pthread_cond_broadcast(&s->cv);
+			continue;
+		}
 		if (o->wait_ev) { /* cuStreamWaitEvent: later work waits, the caller did not */
 			s->busy = 1;
 			s->head = o->next;
@@ -1410,6 +1451,7 @@ static void *worker(void *arg) {
 		pthread_mutex_unlock(&s->mu);
 		if (!s->legacy)
 			sleep_us(delay);
+		pool_use_check(o);
 		memmove(o->dst, o->src, o->n); /* the source is read only now */
 		free(o->owned);
 		free(o);
@@ -1587,6 +1629,7 @@ API CUresult cuStreamSynchronize(CUstream s) {
 	if (!live_stream(s))
 		return CUDA_ERROR_INVALID_HANDLE;
 	stream_wait(s);
+	pool_observe(s);
 	return CUDA_SUCCESS;
 }
 
@@ -1751,6 +1794,7 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 		struct op *o = new_op(dst, src, n);
 		if (!o)
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		pool_note_use(o, dst, src);
 		enqueue(s, o);
 		return CUDA_SUCCESS;
 	}
@@ -1762,6 +1806,7 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 		struct op *o = new_op(dst, src, n);
 		if (!o)
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		pool_note_use(o, dst, src);
 		enqueue(l, o);
 		return CUDA_SUCCESS;
 	}
@@ -1775,9 +1820,13 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 		}
 		memcpy(stage, src_host, n);
 		o->owned = stage;
+		pool_note_use(o, dst, NULL);
 		enqueue(l, o);
 		return CUDA_SUCCESS;
 	}
+	struct op now = {0}; /* done at once: checked as an op performed now */
+	pool_note_use(&now, dst, src);
+	pool_use_check(&now);
 	memmove(dst, src, n);
 	return CUDA_SUCCESS;
 }
@@ -1918,6 +1967,7 @@ API CUresult cuEventSynchronize(CUevent e) {
 	while (e->done < e->recorded)
 		pthread_cond_wait(&ev_cv, &ev_mu);
 	pthread_mutex_unlock(&ev_mu);
+	pool_observe(NULL); /* a synchronization: pools above their release threshold shrink */
 	return CUDA_SUCCESS;
 }
 
@@ -2061,4 +2111,554 @@ API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
 		*ms = (float)(end->done_ms - start->done_ms);
 	pthread_mutex_unlock(&ev_mu);
 	return r;
+}
+
+/* ---- the stream-ordered allocator (issue 21) ----
+ *
+ * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED (115): "Device supports using
+ * the cuMemAllocAsync and cuMemPool family of APIs"; 1 here, 0 with
+ * FAKECUDA_NO_MEMPOOLS=1 (an older driver: every pool call then fails with
+ * CUDA_ERROR_NOT_SUPPORTED).
+ *
+ * What the reference says, and what the fake does (never more):
+ *   - Overview (Stream Ordered Memory Allocator): "All asynchronous accesses
+ *     of the allocation must happen between the stream executions of the
+ *     allocation and the free. ... The allocator is free to reallocate the
+ *     memory as long as it can guarantee that compliant memory accesses will
+ *     not overlap temporally." cuMemAllocFromPoolAsync: "A pointer to the
+ *     allocated memory is returned immediately in *dptr. The allocation must
+ *     not be accessed until the allocation operation completes."
+ *     cuMemFreeAsync: "Inserts a free operation into hStream. The allocation
+ *     must not be accessed after stream execution reaches the free."
+ *     So the allocation and the free are operations of the stream, done by
+ *     its worker in order (held at the "stream" gate like any other work).
+ *     A copy that touches a block before the allocation operation that
+ *     returned it completed, or after a free issued later completed, is a
+ *     misuse: the worker counts it (fakecuda_pool_misuse) and says so on
+ *     stderr. The fake does not undo it: the real driver's result is
+ *     undefined.
+ *   - Reuse. A block freed on stream S is handed out again at once to an
+ *     allocation on S (stream order puts the new use after the free), and to
+ *     an allocation on any other stream only once S has performed the free
+ *     (CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: "Allow reuse of already
+ *     completed frees when there is no dependency between the free and
+ *     allocation"). The fake neither follows event dependencies nor inserts
+ *     dependencies of its own (the REUSE_FOLLOW_EVENT_DEPENDENCIES and
+ *     REUSE_ALLOW_INTERNAL_DEPENDENCIES attributes only allow the driver to;
+ *     the fake reuses less, never earlier).
+ *   - CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: "Amount of reserved memory in bytes
+ *     to hold onto before trying to release memory back to the OS. When more
+ *     than the release threshold bytes of memory are held by the memory pool,
+ *     the allocator will try to release memory back to the OS on the next
+ *     call to stream, event or context synchronize. (default 0)". Here at
+ *     cuStreamSynchronize and cuEventSynchronize.
+ *   - cuMemPoolTrimTo: "Releases memory back to the OS until the pool
+ *     contains fewer than minBytesToKeep reserved bytes, or there is no more
+ *     memory that the allocator can safely release. ... Allocations that
+ *     have been asynchronously freed but whose completion has not been
+ *     observed on the host (eg. by a synchronize) can count as outstanding."
+ *     The fake takes the strict reading: only blocks whose free completed
+ *     and was observed (cuStreamSynchronize of the freeing stream) are
+ *     released, by the threshold too.
+ *   - cuMemPoolDestroy: "If any pointers obtained from this pool haven't been
+ *     freed or the pool has free operations that haven't completed when
+ *     cuMemPoolDestroy is invoked, the function will return immediately and
+ *     the resources associated with the pool will be released automatically
+ *     once there are no more outstanding allocations." "A device's default
+ *     memory pool cannot be destroyed" (CUDA_ERROR_INVALID_VALUE).
+ *   - cuMemFreeAsync of memory no pool handed out, or already freed:
+ *     CUDA_ERROR_INVALID_VALUE. cuMemFree_v2 of pool memory is refused too
+ *     (the reference allows it without synchronization; ompalloc never does it).
+ *   - CUmemPoolProps (cuda.h, 88 bytes): allocType PINNED (1), handleTypes
+ *     NONE (0), location {DEVICE (1), ordinal}; other handle types and a
+ *     nonzero maxSize are CUDA_ERROR_NOT_SUPPORTED here.
+ *   - Attributes (CUmemPool_attribute): 1-3 the reuse switches (int, kept but
+ *     not followed), 4 RELEASE_THRESHOLD, 5 RESERVED_MEM_CURRENT, 6
+ *     RESERVED_MEM_HIGH, 7 USED_MEM_CURRENT, 8 USED_MEM_HIGH (cuuint64_t; the
+ *     high marks may only be set to 0, which resets them). Reserved bytes are
+ *     the blocks the pool holds (sizes rounded up to 512 bytes), used bytes
+ *     the blocks handed out and not freed.
+ *   - The last cuDevicePrimaryCtxRelease resets the context: the pools of
+ *     its device lose every block, and pools made with cuMemPoolCreate are
+ *     gone.
+ */
+
+typedef struct fake_pool *CUmemoryPool;
+
+typedef struct {
+	int allocType, handleTypes;
+	struct {
+		int type, id;
+	} location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
+_Static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes in cuda.h");
+
+enum { POOL_ALLOC = 1, POOL_FREE = 2 };
+enum { B_LIVE, B_FREEING, B_FREE, B_RELEASED };
+
+struct pool_blk {
+	struct fake_pool *pool;
+	struct region *r; /* NULL once released */
+	size_t size;
+	int state;
+	struct fake_stream *free_stream; /* where the last cuMemFreeAsync was issued */
+	int observed;                    /* B_FREE, and the host synchronized with free_stream since */
+	unsigned long long allocs, allocs_done, frees, frees_done;
+	struct pool_blk *next;
+};
+
+struct fake_pool {
+	int dev, is_default, destroyed;
+	int reuse[4]; /* attributes 1-3 */
+	unsigned long long threshold, reserved_high, used_high;
+	struct pool_blk *blks;
+	struct fake_pool *next; /* every pool ever made: never freed, ops may point at its blocks */
+};
+
+/* All under g_mu. */
+static struct fake_pool *g_pools;
+static struct fake_pool *g_default_pool[MAX_DEVICES];
+static long g_pool_misuse;
+
+static int pools_supported(void) { return env_long("FAKECUDA_NO_MEMPOOLS", 0) ? 0 : 1; }
+
+API long fakecuda_pool_misuse(void) {
+	pthread_mutex_lock(&g_mu);
+	long n = g_pool_misuse;
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+static int live_pool(struct fake_pool *p) {
+	for (struct fake_pool *x = g_pools; x; x = x->next)
+		if (x == p)
+			return !x->destroyed;
+	return 0;
+}
+
+static struct fake_pool *new_pool(int dev, int is_default) {
+	struct fake_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->dev = dev;
+	p->is_default = is_default;
+	p->reuse[1] = p->reuse[2] = p->reuse[3] = 1;
+	p->next = g_pools;
+	g_pools = p;
+	return p;
+}
+
+static void pool_bytes(struct fake_pool *p, unsigned long long *reserved, unsigned long long *used) {
+	*reserved = *used = 0;
+	for (struct pool_blk *b = p->blks; b; b = b->next) {
+		if (b->state == B_RELEASED)
+			continue;
+		*reserved += b->size;
+		if (b->state == B_LIVE)
+			*used += b->size;
+	}
+}
+
+/* blk_release gives a block's memory back to the device. The backing store
+   is poisoned and kept, not freed: a misused copy still queued writes
+   there instead of into freed memory. */
+static void blk_release(struct pool_blk *b) {
+	if (b->state == B_RELEASED)
+		return;
+	if (b->r) {
+		memset((void *)b->r->host, 0xDD, b->size);
+		g_used[b->pool->dev] -= b->size;
+		remove_region(b->r);
+		b->r = NULL;
+	}
+	b->state = B_RELEASED;
+}
+
+/* pool_trim_locked releases observed free blocks while more than keep bytes
+   are reserved. */
+static void pool_trim_locked(struct fake_pool *p, unsigned long long keep) {
+	unsigned long long reserved, used;
+	pool_bytes(p, &reserved, &used);
+	for (struct pool_blk *b = p->blks; b && reserved > keep; b = b->next) {
+		if (b->state == B_FREE && b->observed) {
+			reserved -= b->size;
+			blk_release(b);
+		}
+	}
+}
+
+/* pool_observe: the host synchronized with stream s (NULL: with an event,
+   which observes nothing here): the frees s performed are observed; every
+   pool above its release threshold gives back what it may. */
+static void pool_observe(struct fake_stream *s) {
+	pthread_mutex_lock(&g_mu);
+	for (struct fake_pool *p = g_pools; p; p = p->next) {
+		if (p->destroyed)
+			continue;
+		for (struct pool_blk *b = p->blks; b; b = b->next)
+			if (s && b->state == B_FREE && b->free_stream == s)
+				b->observed = 1;
+		pool_trim_locked(p, p->threshold);
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+static void pool_reset(int dev) {
+	pthread_mutex_lock(&g_mu);
+	for (struct fake_pool *p = g_pools; p; p = p->next) {
+		if (p->dev != dev)
+			continue;
+		for (struct pool_blk *b = p->blks; b; b = b->next)
+			blk_release(b);
+		if (!p->is_default)
+			p->destroyed = 1;
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+static void pool_op_done(struct op *o) {
+	struct pool_blk *b = o->pblk;
+	pthread_mutex_lock(&g_mu);
+	if (o->pool_op == POOL_ALLOC) {
+		if (o->pseq > b->allocs_done)
+			b->allocs_done = o->pseq;
+	} else {
+		if (o->pseq > b->frees_done)
+			b->frees_done = o->pseq;
+		if (b->state == B_FREEING && b->frees == o->pseq) {
+			b->state = B_FREE;
+			b->observed = 0;
+			if (b->pool->destroyed)
+				blk_release(b);
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* find_pool_host: the live pool block whose backing store holds p. */
+static struct pool_blk *find_pool_host(const void *p) {
+	if (!p)
+		return NULL;
+	for (struct region *r = g_regions; r; r = r->next)
+		if (r->kind == K_POOL && (uintptr_t)p >= r->host && (uintptr_t)p - r->host < r->size)
+			return r->blk;
+	return NULL;
+}
+
+static void pool_note_use(struct op *o, const void *dst, const void *src) {
+	pthread_mutex_lock(&g_mu);
+	const void *sides[2] = {dst, src};
+	for (int i = 0; i < 2; i++) {
+		struct pool_blk *b = find_pool_host(sides[i]);
+		if (b) {
+			o->use[i] = b;
+			o->use_alloc[i] = b->allocs;
+			o->use_free[i] = b->frees;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+static void pool_use_check(struct op *o) {
+	if (!o->use[0] && !o->use[1])
+		return;
+	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < 2; i++) {
+		struct pool_blk *b = o->use[i];
+		if (!b)
+			continue;
+		const char *what = NULL;
+		if (b->allocs_done < o->use_alloc[i])
+			what = "before its allocation completed";
+		else if (b->frees_done > o->use_free[i])
+			what = "after a later free of it completed";
+		if (what) {
+			g_pool_misuse++;
+			fprintf(stderr, "fakecuda: a copy %s pool memory at %#llx %s\n", i == 0 ? "writes" : "reads",
+				b->r ? (unsigned long long)b->r->dptr : 0ULL, what);
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+	ENTER("cuDeviceGetDefaultMemPool");
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (!valid_dev(d))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!pools_supported())
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&g_mu);
+	if (!g_default_pool[d])
+		g_default_pool[d] = new_pool(d, 1);
+	*pool = g_default_pool[d];
+	pthread_mutex_unlock(&g_mu);
+	return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props) {
+	ENTER("cuMemPoolCreate");
+	if (!pool || !props)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	if (props->allocType != 1 || props->location.type != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!valid_dev(props->location.id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!pools_supported() || props->handleTypes != 0 || props->maxSize != 0)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&g_mu);
+	*pool = new_pool(props->location.id, 0);
+	pthread_mutex_unlock(&g_mu);
+	return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+	ENTER("cuMemPoolDestroy");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&g_mu);
+	if (!live_pool(pool) || pool->is_default) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	pool->destroyed = 1;
+	for (struct pool_blk *b = pool->blks; b; b = b->next)
+		if (b->state == B_FREE)
+			blk_release(b);
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) {
+	ENTER("cuMemPoolSetAttribute");
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	unsigned long long reserved, used, v = *(unsigned long long *)value;
+	if (!live_pool(pool)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else if (attr >= 1 && attr <= 3) {
+		pool->reuse[attr] = *(int *)value != 0;
+	} else if (attr == 4) {
+		pool->threshold = v;
+	} else if ((attr == 6 || attr == 8) && v == 0) { /* "It is illegal to set this attribute to a non-zero value" */
+		pool_bytes(pool, &reserved, &used);
+		if (attr == 6)
+			pool->reserved_high = reserved;
+		else
+			pool->used_high = used;
+	} else {
+		r = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+	ENTER("cuMemPoolGetAttribute");
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ready())
+		return ready();
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	unsigned long long reserved, used;
+	if (!live_pool(pool)) {
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else {
+		pool_bytes(pool, &reserved, &used);
+		switch (attr) {
+		case 1:
+		case 2:
+		case 3:
+			*(int *)value = pool->reuse[attr];
+			break;
+		case 4:
+			*(unsigned long long *)value = pool->threshold;
+			break;
+		case 5:
+			*(unsigned long long *)value = reserved;
+			break;
+		case 6:
+			*(unsigned long long *)value = pool->reserved_high;
+			break;
+		case 7:
+			*(unsigned long long *)value = used;
+			break;
+		case 8:
+			*(unsigned long long *)value = pool->used_high;
+			break;
+		default:
+			r = CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+	ENTER("cuMemPoolTrimTo");
+	if (ready())
+		return ready();
+	pthread_mutex_lock(&g_mu);
+	if (!live_pool(pool)) {
+		pthread_mutex_unlock(&g_mu);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	pool_trim_locked(pool, keep);
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+/* op_stream: the stream a pool operation goes to (the NULL stream: the
+   current context's legacy stream), or NULL with *r set. */
+static struct fake_stream *op_stream(CUstream s, CUresult *r) {
+	if ((*r = need_ctx()))
+		return NULL;
+	if (is_null_stream(s)) {
+		struct fake_stream *l = legacy_of(t_cur);
+		if (!l)
+			*r = CUDA_ERROR_OUT_OF_MEMORY;
+		return l;
+	}
+	if (!live_stream(s)) {
+		*r = CUDA_ERROR_INVALID_HANDLE;
+		return NULL;
+	}
+	return s;
+}
+
+/* pool_enqueue issues a pool operation on s. On an idle stream of a device
+   not held busy (the "stream" gate open) nothing precedes it: the fake
+   performs it at once, as the driver's host-side suballocation does. */
+static void pool_enqueue(struct fake_stream *s, struct op *o) {
+	pthread_mutex_lock(&s->mu);
+	if (!pending(s) && !gate_closed("stream")) {
+		pool_op_done(o); /* s->mu, then g_mu: the order the worker's callers keep */
+		pthread_mutex_unlock(&s->mu);
+		free(o);
+		return;
+	}
+	pthread_mutex_unlock(&s->mu);
+	enqueue(s, o);
+}
+
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t n, struct fake_pool *pool, CUstream hs) {
+	if (!dptr || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!pools_supported())
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r;
+	struct fake_stream *s = op_stream(hs, &r);
+	if (!s)
+		return r;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	size_t sz = (n + 511) & ~(size_t)511;
+	pthread_mutex_lock(&g_mu);
+	if (!pool)
+		pool = g_default_pool[s->ctx->dev] ? g_default_pool[s->ctx->dev]
+						   : (g_default_pool[s->ctx->dev] = new_pool(s->ctx->dev, 1));
+	if (!pool || !live_pool(pool)) {
+		pthread_mutex_unlock(&g_mu);
+		free(o);
+		return pool ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	struct pool_blk *got = NULL;
+	for (int pass = 0; pass < 2 && !got; pass++) /* the exact size first, then at most twice it */
+		for (struct pool_blk *b = pool->blks; b && !got; b = b->next)
+			if ((b->state == B_FREE || (b->state == B_FREEING && b->free_stream == s)) &&
+			    (pass == 0 ? b->size == sz : b->size > sz && b->size <= 2 * sz))
+				got = b;
+	if (!got) {
+		int dev = pool->dev;
+		void *back = sz <= g_mem - g_used[dev] ? malloc(sz) : NULL;
+		got = back ? calloc(1, sizeof *got) : NULL;
+		struct region *reg = got ? add_region(K_POOL, dev, 0, (uintptr_t)back, g_next[dev], sz) : NULL;
+		if (!reg) {
+			pthread_mutex_unlock(&g_mu);
+			free(got);
+			free(back);
+			free(o);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memset(back, 0xA5, sz);
+		g_next[dev] += (sz + 0xFFF) & ~(CUdeviceptr)0xFFF;
+		g_used[dev] += sz;
+		reg->blk = got;
+		got->r = reg;
+		got->pool = pool;
+		got->size = sz;
+		got->next = pool->blks;
+		pool->blks = got;
+	}
+	got->state = B_LIVE;
+	got->observed = 0;
+	o->pool_op = POOL_ALLOC;
+	o->pblk = got;
+	o->pseq = ++got->allocs;
+	*dptr = got->r->dptr;
+	unsigned long long reserved, used;
+	pool_bytes(pool, &reserved, &used);
+	if (reserved > pool->reserved_high)
+		pool->reserved_high = reserved;
+	if (used > pool->used_high)
+		pool->used_high = used;
+	pthread_mutex_unlock(&g_mu);
+	pool_enqueue(s, o);
+	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool pool, CUstream s) {
+	ENTER("cuMemAllocFromPoolAsync");
+	if (!pool)
+		return CUDA_ERROR_INVALID_VALUE;
+	return pool_alloc(dptr, n, pool, s);
+}
+
+/* cuMemAllocAsync: from the current pool of the stream's device, the
+   default pool here (cuDeviceSetMemPool is not simulated). */
+API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s) {
+	ENTER("cuMemAllocAsync");
+	return pool_alloc(dptr, n, NULL, s);
+}
+
+API CUresult cuMemFreeAsync(CUdeviceptr d, CUstream hs) {
+	ENTER("cuMemFreeAsync");
+	CUresult r;
+	struct fake_stream *s = op_stream(hs, &r);
+	if (!s)
+		return r;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g_mu);
+	struct region *x = find_dev(d);
+	if (!x || x->kind != K_POOL || x->dptr != d || x->blk->state != B_LIVE) {
+		pthread_mutex_unlock(&g_mu);
+		free(o);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct pool_blk *b = x->blk;
+	b->state = B_FREEING;
+	b->free_stream = s;
+	o->pool_op = POOL_FREE;
+	o->pblk = b;
+	o->pseq = ++b->frees;
+	pthread_mutex_unlock(&g_mu);
+	pool_enqueue(s, o);
+	return CUDA_SUCCESS;
 }

@@ -38,7 +38,7 @@ func Containing(p uintptr) (start, size uintptr, ok bool) {
 func containingLocked(ch *chunk, p uintptr) (start, size uintptr, ok bool) {
 	s := ch.huge
 	if s == nil {
-		// Small spans point every page at themselves, large spans only
+		// Small and mixed spans point every page at themselves, large spans only
 		// their first: the nearest span at or before p's page is the
 		// only one that can hold p.
 		for i := int((p - ch.base) >> pageShift); i >= 0 && s == nil; i-- {
@@ -56,6 +56,8 @@ func containingLocked(ch *chunk, p uintptr) (start, size uintptr, ok bool) {
 		}
 	case spanSmall:
 		return containingSmall(s, p)
+	case spanMixed:
+		return containingMixed(s, p)
 	}
 	return 0, 0, false // a freed large block kept for reuse, or past its size
 }

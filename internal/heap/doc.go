@@ -25,6 +25,11 @@
 // source only after a stop-the-world (giveback.go): a double free racing
 // the release of its chunk never reads unmapped memory.
 //
+// Partial chunks. A PartialSource (a pinned heap under a limit below a
+// chunk) makes only some pages of a chunk usable; small blocks of every
+// class share those pages first fit (mixed.go), so a 64 KiB limit serves
+// blocks of several sizes instead of one class's span.
+//
 // Zeroed requests clear only memory that may hold old bytes: slots and
 // pages never used since the source handed them over are zero already.
 //

@@ -116,6 +116,7 @@ const (
 	spanSmall
 	spanLarge
 	spanRetained // a huge region kept for reuse
+	spanMixed    // small blocks of every class, first fit (mixed.go)
 )
 
 // span is a run of pages holding slots of one class, or one large block.
@@ -141,6 +142,8 @@ type span struct {
 	// large blocks
 	owner uint32
 	req   uintptr
+
+	mix *mixed // mixed spans
 }
 
 // chunk is a 4 MiB granule-aligned region: 64 pages of spans, or one huge
@@ -209,6 +212,7 @@ type Heap struct {
 	spare    [maxMedium/pageSize + 1][]*span // freed medium spans by page count, kept for reuse
 	spareN   int                             // bytes in spare
 	huge     []*span                         // retained free huge regions
+	mixed    []*span                         // mixed spans (mixed.go)
 	retained uintptr
 	nhuge    int
 	mapped   uintptr
@@ -297,7 +301,7 @@ func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tal
 	}
 	pcpu.Unpin()
 	if slot == 0 {
-		if slot, err = h.refill(c); err != nil {
+		if slot, err = h.refill(c, align); err != nil {
 			return 0, 0, SampleAsk, err
 		}
 	}
@@ -571,6 +575,9 @@ func Inspect(p uintptr) (Block, error) {
 			return Block{}, fmt.Errorf("%w: %#x", ErrInvalid, p)
 		}
 		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}, nil
+	case spanMixed:
+		b, _, err := h.inspectMixed(s, p)
+		return b, err
 	}
 	return Block{}, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 }

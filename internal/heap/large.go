@@ -4,6 +4,7 @@ package heap
 // of their own (huge); freed ones are kept whole for reuse.
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 
@@ -13,15 +14,25 @@ import (
 // allocPages finds n free pages, the first a multiple of alignPages, in a
 // chunk (first fit), taking a new chunk when none has room. h.mu held.
 func (h *Heap) allocPages(n, alignPages uintptr) (ch *chunk, first uintptr, fresh bool, err error) {
-	ch, first, fresh, _, err = h.allocPagesOr(n, n, alignPages)
+	ch, first, fresh, _, err = h.allocPagesOr(n, n, alignPages, false)
 	return ch, first, fresh, err
 }
 
+// errUseMixed says a small block goes to a mixed span (mixed.go).
+var errUseMixed = errors.New("heap: a mixed span serves this block")
+
 // allocPagesOr is allocPages that settles for least pages (≤ n) when a new
 // chunk is needed and the source makes fewer than n usable; got says how
-// many it took. h.mu held.
-func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uintptr, fresh bool, got uintptr, err error) {
+// many it took. For a small span (small), chunks the source made usable
+// only in part are left to mixed spans: errUseMixed when only such a chunk
+// has room, or a new chunk is one. h.mu held.
+func (h *Heap) allocPagesOr(n, least, alignPages uintptr, small bool) (ch *chunk, first uintptr, fresh bool, got uintptr, err error) {
+	partial := false
 	for _, c := range h.chunks {
+		if small && c.resv != 0 {
+			partial = true // its mixed spans may have room too
+			continue
+		}
 		if c.used == ^uint64(0) {
 			continue
 		}
@@ -31,6 +42,9 @@ func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uint
 			}
 		}
 	}
+	if partial {
+		return nil, 0, false, 0, errUseMixed // the source gives chunks in part: no new one
+	}
 	p, usable, err := h.acquireChunk(least * pageSize)
 	if err != nil {
 		// A source that cannot give a chunk (a pinned-bytes limit below
@@ -38,6 +52,9 @@ func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uint
 		// a small limit serves what fits in it.
 		if least < n {
 			for _, c := range h.chunks {
+				if small && c.resv != 0 {
+					continue
+				}
 				for i := uintptr(0); i+least <= pagesPerChunk; i += alignPages {
 					if m := pageMask(i, least); c.used&m == 0 {
 						return c, i, h.takePages(c, m), least, nil
@@ -47,9 +64,18 @@ func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uint
 		}
 		return nil, 0, false, 0, fmt.Errorf("%w: %s: a %d-byte chunk: %w", ErrNoMemory, h.cfg.Name, chunkSize, err)
 	}
+	c := h.addChunk(p, usable)
+	if small && usable < chunkSize {
+		return nil, 0, false, 0, errUseMixed
+	}
 	if usable < n*pageSize {
 		n = least
 	}
+	return c, 0, h.takePages(c, pageMask(0, n)), n, nil
+}
+
+// addChunk records a chunk from the source, usable bytes of it. h.mu held.
+func (h *Heap) addChunk(p, usable uintptr) *chunk {
 	c := &chunk{heap: h, base: p, size: chunkSize}
 	if usable < chunkSize {
 		c.resv = ^pageMask(0, usable>>pageShift)
@@ -59,7 +85,7 @@ func (h *Heap) allocPagesOr(n, least, alignPages uintptr) (ch *chunk, first uint
 	h.mapped += usable
 	h.empty++
 	setGranules(p, chunkSize, c)
-	return c, 0, h.takePages(c, pageMask(0, n)), n, nil
+	return c
 }
 
 // acquireChunk gets a chunk from the source, and how much of it is usable.
@@ -92,7 +118,7 @@ func (h *Heap) freeSpan(s *span) {
 	ch := s.chunk
 	first := (s.base - ch.base) >> pageShift
 	ch.pages[first].Store(nil)
-	if s.state.Load() == spanSmall {
+	if st := s.state.Load(); st == spanSmall || st == spanMixed {
 		for i := first + 1; i < first+s.npages; i++ {
 			ch.pages[i].Store(nil)
 		}
@@ -266,6 +292,9 @@ func (h *Heap) notAtBlock(ch *chunk, p uintptr) error {
 // memory) is read, never the block's pages.
 func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, *Tally, error) {
 	if p != s.base {
+		if s.state.Load() == spanMixed { // never at its base: blocks follow their headers
+			return h.freeMixed(s, p) // unpins
+		}
 		pcpu.Unpin()
 		return Block{}, nil, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}

@@ -49,6 +49,8 @@ func Room(p uintptr) (Block, uintptr, error) {
 			return Block{}, 0, fmt.Errorf("%w: %#x", ErrInvalid, p)
 		}
 		return Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}, s.size, nil
+	case spanMixed:
+		return h.inspectMixed(s, p)
 	}
 	return Block{}, 0, fmt.Errorf("%w: %#x", ErrDoubleFree, p)
 }
@@ -67,8 +69,14 @@ func Resize(p, size uintptr) (old Block, ok bool, err error) {
 	ch := lookup(p)
 	h := ch.heap
 	s := ch.spanAt(p)
-	if s.state.Load() == spanSmall {
+	switch s.state.Load() {
+	case spanSmall:
 		hdr(p).setSize(size) // room < 32 KiB: small blocks' slots
+		return old, true, nil
+	case spanMixed:
+		if err := h.resizeMixed(s, p, size); err != nil {
+			return old, false, err
+		}
 		return old, true, nil
 	}
 	h.mu.Lock()
@@ -99,6 +107,9 @@ func ResizeInClass(p, size, align uintptr) (old Block, ok bool, err error) {
 	ch := lookup(p)
 	h := ch.heap
 	s := ch.spanAt(p)
+	if s.state.Load() == spanMixed {
+		return old, false, nil // moves: blocks there are few and short-lived
+	}
 	if s.state.Load() == spanSmall {
 		hd := hdr(p)
 		off := uintptr(hd.tag & 0xffff)

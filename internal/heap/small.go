@@ -13,8 +13,10 @@ import (
 )
 
 // refill takes a batch of slots from the central lists, returns one and
-// caches the rest on the current P.
-func (h *Heap) refill(c int) (uintptr, error) {
+// caches the rest on the current P; or, where the pages are shared by
+// every class (mixed.go), returns a block's slot of its own, aligned to
+// align.
+func (h *Heap) refill(c int, align uintptr) (uintptr, error) {
 	h.mu.Lock()
 	if h.closed.Load() {
 		h.unlock()
@@ -24,6 +26,11 @@ func (h *Heap) refill(c int) (uintptr, error) {
 		h.growCaches(n)
 	}
 	head, tail, n, err := h.takeSlots(c, int(classCap[c]/2))
+	if err == errUseMixed {
+		slot, err := h.allocMixed(c, align)
+		h.unlock()
+		return slot, err
+	}
 	h.unlock()
 	if err != nil {
 		return 0, err
@@ -96,9 +103,11 @@ func (h *Heap) takeSlots(c, want int) (head, tail uintptr, n int, err error) {
 }
 
 func (h *Heap) newSmallSpan(c int) (*span, error) {
-	// Fewer pages (8 slots) will do where a new chunk has less usable: a
-	// pinned heap whose limit lets it lock less than a chunk.
-	ch, first, fresh, np, err := h.allocPagesOr(classPages[c], classMinPages[c], 1)
+	// Fewer pages (one slot) will do where no new chunk can be had and a
+	// chunk used whole has that much room; a chunk the source made usable
+	// only in part (a pinned heap whose limit lets it lock less than a
+	// chunk) is left to mixed spans (mixed.go).
+	ch, first, fresh, np, err := h.allocPagesOr(classPages[c], classMinPages[c], 1, true)
 	if err != nil {
 		return nil, err
 	}

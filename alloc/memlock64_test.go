@@ -1,0 +1,118 @@
+package alloc_test
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/leakcheck"
+	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
+	"github.com/ompalloc/ompalloc/traits"
+)
+
+// Issue 23, item 2: under Docker's 64 KiB `ulimit -l` (its default for
+// years) two 1000-byte pinned blocks fitted in the shrunken chunk, then a
+// 16,000-byte block failed although ~62 KiB were free: the heap's one
+// 64 KiB page held a span of the first size class. Now the locked part of
+// a chunk the limit shrinks is shared, first fit, by blocks of every size:
+// the 16,000-byte block and then 1000-byte blocks up to the limit are
+// served, the block after them fails in one sentence naming
+// RLIMIT_MEMLOCK, and VmLck, the registry and Stats agree at every step.
+// The limit is the kernel's (prlimit in a child without CAP_IPC_LOCK, as a
+// non-root user in Docker has), not ompalloc's cap.
+func TestDockerMemlock64KiBServesWhatFits(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("setpriv and prlimit are Linux tools")
+	}
+	for _, tool := range []string{"setpriv", "prlimit"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (util-linux)", tool)
+		}
+	}
+	cmd := exec.Command("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
+		"prlimit", "--memlock=65536:65536", os.Args[0], "-test.run=^TestMemlock64Child$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=memlock64", alloc.PinnedLimitEnv+"=")
+	out, err := cmd.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "setpriv:") {
+		t.Skipf("setpriv cannot drop CAP_IPC_LOCK here: %s", out)
+	}
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS: TestMemlock64Child", "%s", out)
+	t.Logf("%s", out)
+}
+
+func TestMemlock64Child(t *testing.T) {
+	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "memlock64" {
+		t.Skip("run by TestDockerMemlock64KiBServesWhatFits in a child process")
+	}
+	limit, _ := alloc.PinnedLimit()
+	require.Equal(t, uintptr(64<<10), limit, "the default limit is RLIMIT_MEMLOCK")
+	base := leakcheck.Start()
+	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.NullFb))
+	require.NoError(t, err)
+	dev, err := target.Get(target.DefaultDevice())
+	require.NoError(t, err)
+
+	var ps []unsafe.Pointer
+	var foot uintptr // the footprints of the blocks served
+	take := func(n uintptr) error {
+		p, err := a.Alloc(n)
+		if err != nil {
+			return err
+		}
+		require.True(t, dev.Registry().IsPinned(uintptr(p)), "block %d of %d bytes is locked", len(ps), n)
+		require.True(t, dev.Registry().IsPinned(uintptr(p)+n-1), "to its last byte")
+		ps = append(ps, p)
+		foot += heap.Footprint(n, 16)
+		require.NoError(t, base.Consistent(), "after block %d", len(ps))
+		return nil
+	}
+	for _, n := range []uintptr{1000, 1000, 16000} {
+		require.NoError(t, take(n), "%d bytes fit in a 64 KiB limit beside %d bytes of blocks", n, foot)
+	}
+	var err2 error
+	for err2 == nil {
+		err2 = take(1000)
+		require.Less(t, len(ps), 1000, "the limit is never passed")
+	}
+	t.Logf("served %d blocks, %d bytes of footprint, under a 64 KiB RLIMIT_MEMLOCK; then: %v", len(ps), foot, err2)
+	require.Greater(t, foot+heap.Footprint(1000, 16), uintptr(64<<10)-8, "refused only when the next block does not fit")
+	require.ErrorIs(t, err2, alloc.ErrPinFailed)
+	require.NotErrorIs(t, err2, alloc.ErrOutOfMemory)
+	msg := err2.Error()
+	require.NotContains(t, msg, "\n")
+	require.Equal(t, 1, strings.Count(msg, "cannot pin memory"), "said once: %s", msg)
+	for _, w := range []string{"pinned-memory limit of 65536 bytes", "RLIMIT_MEMLOCK", "ulimit -l"} {
+		require.Contains(t, msg, w)
+	}
+	st := alloc.ReadPinnedStats()
+	require.Equal(t, uintptr(64<<10), st.Bytes, "Stats: the 64 KiB locked")
+	require.NoError(t, base.Consistent())
+	if n, ok := leakcheck.VmLckKiB(); ok {
+		require.Equal(t, 64, n, "VmLck: the 64 KiB locked")
+	}
+
+	for _, p := range ps[1:] {
+		require.NoError(t, alloc.Free(p))
+	}
+	for _, p := range ps[1:4] {
+		require.ErrorIs(t, alloc.Free(p), alloc.ErrDoubleFree, "a double free is seen while the pages are shared")
+	}
+	require.ErrorIs(t, alloc.Free(unsafe.Add(ps[0], 16)), alloc.ErrInvalidPointer, "inside a block")
+	require.NoError(t, base.Consistent())
+	require.NoError(t, alloc.Free(ps[0]))
+	require.NoError(t, a.Destroy())
+	alloc.Trim()
+	require.NoError(t, base.Consistent())
+	require.Zero(t, alloc.ReadPinnedStats().Bytes, "Trim gave it back")
+	_, used := alloc.PinnedLimit()
+	require.Zero(t, used)
+}

@@ -3,9 +3,11 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +37,7 @@ func TestExamples(t *testing.T) {
 		{"lockmem", []string{"references 2", "ErrOverlap): true", "kmp returns nil: true", "after two unlocks: 0 entries", "ErrNotLocked): true", "ErrBadDevice): true"}},
 		{"tensor", []string{"params pinned: true", "params pinned after Unpin: false", "verified 65536 floats", "params [256 256]", "live blocks after release: 0"}},
 		{"envalloc", []string{"omp_large_cap_mem_alloc (handle 2)", "alignment=64,pool_size=1048576", "must be a power of two", `unknown allocator or memory space "no_such_allocator"`}},
-		{"pipeline", []string{"host buffers pinned: true", "overlap saved", "last batch verified", "released"}},
+		{"pipeline", []string{"host buffers pinned: true", "overlap saved", "pipeline: {", "last batch verified", "released"}},
 		{"transfer", []string{"round trip ok", "first, with first touch", "second, copies only", "offset copy ok: true", "ErrBadDevice): true"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,7 +75,8 @@ func TestPipelineOnFakeDrivers(t *testing.T) {
 		says []string
 	}{
 		{"fakecuda", []string{"FAKECUDA_DEVICES=2", "FAKECUDA_COPY_DELAY_US=300", "OMPALLOC_DISABLE_HSA=1"},
-			[]string{"device: device 0 (cuda Fake CUDA Device 0)", "overlap saved", "achieved host-to-device bandwidth:", "GB/s", "last batch verified"}},
+			[]string{"device: device 0 (cuda Fake CUDA Device 0)", "overlap saved", "achieved host-to-device bandwidth:", "GB/s",
+				"peak for 4 MiB, the same pinned copy alone:", "last batch verified"}},
 		{"fakehsa", []string{"FAKEHSA_GPUS=2", "OMPALLOC_DISABLE_CUDA=1"},
 			[]string{"device: device 0 (amdgpu", "not timed", "last batch verified"}},
 	} {
@@ -91,6 +94,32 @@ func TestPipelineOnFakeDrivers(t *testing.T) {
 			require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 			for _, s := range tc.says {
 				require.Contains(t, stdout.String(), s)
+			}
+			// The line scripts read (the GPU bundle's pipeline.json).
+			var res struct {
+				Pinned  bool     `json:"pinned"`
+				Batches int      `json:"batches"`
+				Overlap *float64 `json:"overlap"`
+				H2D     float64  `json:"h2d_gb_per_s"`
+				Peak    float64  `json:"peak_h2d_gb_per_s"`
+				OfPeak  float64  `json:"of_peak"`
+			}
+			line := ""
+			for _, l := range strings.Split(stdout.String(), "\n") {
+				if rest, ok := strings.CutPrefix(l, "pipeline: "); ok {
+					line = rest
+				}
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &res), "the result line: %q", line)
+			require.True(t, res.Pinned)
+			require.Equal(t, 16, res.Batches)
+			require.NotNil(t, res.Overlap)
+			if tc.name == "fakecuda" { // CUDA times events; the fake HSA does not
+				require.Positive(t, res.H2D)
+				require.Positive(t, res.Peak)
+				require.InDelta(t, res.H2D/res.Peak, res.OfPeak, 1e-9)
+			} else {
+				require.Zero(t, res.H2D, "not timed: absent")
 			}
 			t.Logf("%s", stdout.String())
 		})

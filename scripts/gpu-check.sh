@@ -44,14 +44,24 @@
 #     release while busy, the caller's context, pinned/peak per node):
 #     OUT/probe.json (PROBE_SIZE, default 256M, sizes its buffers);
 #   - where python3 has torch, torch-peak.py: PyTorch's pin_memory() H2D and
-#     D2H at the same sizes, in the same run: OUT/torch.json.
+#     D2H at the same sizes, in the same run: OUT/torch.json;
+#   - examples/pipeline on device 0 (OMPALLOC_PINNED_LIMIT=0, as the bench):
+#     pinned buffers filled while earlier batches' copies run, two queues
+#     ordered by events; its output in OUT/pipeline.log and its result line
+#     in OUT/pipeline.json (overlap, the copies' achieved H2D bandwidth from
+#     events, the same pinned copy alone as its peak, of_peak), with the
+#     bench's h2d driver peak at the batch size added where the bench
+#     measured that size (bench_driver_peak_gb_per_s, of_driver_peak; the
+#     --full sizes include its 4 MiB). PIPELINE_TIMEOUT (seconds, 120).
 # OUT/summary.json: {libcuda, arch, tests_passed, tests_failed,
 # tests_skipped, packages_failed, bench_errors (failed h2d, d2h and
 # small_copy cases), gpu_node and host_nodes (the GPU's NUMA node, and
 # where each transfer series' buffer was), goals, probe (measured / failed: why), torch
-# (measured / absent / failed: why), timed_out (the steps that ran out of
-# time), status}; status is 0 when every test binary, info, bench and the
-# probe succeeded and the bench measured transfers, none failing. The goals
+# (measured / absent / failed: why), pipeline (measured / absent / failed:
+# why) and pipeline_result (OUT/pipeline.json's object, or null), timed_out
+# (the steps that ran out of time), status}; status is 0 when every test
+# binary, info, bench, the probe and the pipeline succeeded and the bench
+# measured transfers, none failing. The goals
 # (met / missed / unmeasured) and the probe's answers are reported, not
 # enforced.
 set -euo pipefail
@@ -74,6 +84,7 @@ build)
 	done
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/ompalloc" ./cmd/ompalloc
 	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/gpuprobe" ./internal/cmd/gpuprobe
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="-s -w" -o "$dir/pipeline" ./examples/pipeline
 	cp scripts/gpu-check.sh "$dir/gpu-check.sh"
 	cp scripts/torch-peak.py "$dir/torch-peak.py"
 	printf 'commit %s\ngo %s\narch linux/%s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
@@ -184,6 +195,34 @@ run | probe)
 			torch="failed: $({ cat "$out/torch.err"; grep '"error"' "$out/torch.json"; } 2>/dev/null | grep . | tail -n 1 | tr -d '"\\' | sed 's/^ *//')"
 		fi
 	fi
+	# The pipeline example: a failure is the run's; its figures are reported.
+	pipeline="absent: no pipeline in the bundle" presult=null
+	if [[ -x $dir/pipeline ]]; then
+		work=$(mktemp -d)
+		rc=0
+		OMP_DEFAULT_DEVICE=0 OMPALLOC_PINNED_LIMIT=0 limited pipeline "${PIPELINE_TIMEOUT:-120}" "$work" "$dir/pipeline" >"$out/pipeline.log" 2>&1 || rc=$?
+		rm -rf "$work"
+		line=$(sed -n 's/^pipeline: \({.*}\)$/\1/p' "$out/pipeline.log" | tail -n 1)
+		if ((rc == 0)) && [[ -n $line ]]; then
+			# The bench's driver peak at the batch size, where it measured it.
+			bb=$(sed -n 's/.*"batch_bytes":\([0-9]*\).*/\1/p' <<<"$line")
+			h2d=$(sed -n 's/.*"h2d_gb_per_s":\([0-9.eE+-]*\).*/\1/p' <<<"$line")
+			peak=$(awk -v size="$bb" '
+				/"group":/ { g = $0; s = ""; z = "" }
+				/"series":/ { s = $0 }
+				/"size_bytes":/ { z = $2; sub(/,$/, "", z) }
+				/"gb_per_s":/ && g ~ /"h2d"/ && s ~ /"driver peak"/ && z == size { v = $2; sub(/,$/, "", v); print v; exit }' "$out/bench.json" 2>/dev/null || true)
+			if [[ -n $peak && -n $h2d ]]; then
+				line="${line%\}},\"bench_driver_peak_gb_per_s\":$peak,\"of_driver_peak\":$(awk -v a="$h2d" -v b="$peak" 'BEGIN { if (b > 0) printf "%.4f", a / b; else printf "null" }')}"
+			fi
+			printf '%s\n' "$line" >"$out/pipeline.json"
+			pipeline=measured presult=$line
+		else
+			pipeline="failed: $({ grep . "$out/pipeline.log" || true; } | tail -n 1 | tr -d '"\\')"
+			[[ -n $line ]] || ((rc != 0)) || pipeline="failed: no result line in pipeline.log"
+			status=1
+		fi
+	fi
 	if ((${#timedout[@]})); then
 		(
 			IFS=,
@@ -206,8 +245,8 @@ run | probe)
 	) >"$out/summary.json"
 	(
 		IFS=,
-		printf '"bench_errors":%d,"gpu_node":%s,"host_nodes":%s,"goals":%s,"probe":"%s","torch":"%s","timed_out":[%s],"status":%d}\n' \
-			"$benchErrors" "$gpunode" "$hostnodes" "$goals" "$probe" "$torch" "${timedout[*]}" "$status"
+		printf '"bench_errors":%d,"gpu_node":%s,"host_nodes":%s,"goals":%s,"probe":"%s","torch":"%s","pipeline":"%s","pipeline_result":%s,"timed_out":[%s],"status":%d}\n' \
+			"$benchErrors" "$gpunode" "$hostnodes" "$goals" "$probe" "$torch" "$pipeline" "$presult" "${timedout[*]}" "$status"
 	) >>"$out/summary.json"
 	cat "$out/summary.json"
 	exit $status

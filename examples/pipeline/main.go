@@ -7,15 +7,22 @@
 //
 //	go run ./examples/pipeline
 //
-// On a GPU it reports the achieved host-to-device bandwidth from the
-// driver's event timing. Without one the default device is the host,
+// On a GPU whose driver times events (CUDA) it reports the achieved
+// host-to-device bandwidth of the pipeline's copies (device time between
+// events around each copy) against the peak for that size: the same
+// pinned copy alone, back to back on an idle queue (one cuMemcpyHtoDAsync
+// from pinned memory each). Without one the default device is the host,
 // whose queues work at once, so there is nothing to overlap; the code is
 // the same. OMPALLOC_CUDA_LIBRARY pointing at the fake driver of
 // internal/fakedrv runs it on two fake GPUs (the examples' test does).
+//
+// One line of its output is "pipeline: " and a JSON object (Result), for
+// scripts: the GPU bundle (scripts/gpu-check.sh) keeps it as pipeline.json.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -31,7 +38,31 @@ import (
 const (
 	batches = 16
 	elems   = 1 << 20 // 4 MiB of float32 per batch
+	alone   = 8       // copies timed back to back for the peak
 )
+
+// Result is the line "pipeline: {...}" the example prints, for scripts.
+// Bandwidths are in GB/s (1e9 bytes); H2D, PeakH2D and OfPeak are absent
+// where the driver times no events (HSA here).
+type Result struct {
+	Device      string  `json:"device"`
+	Pinned      bool    `json:"pinned"` // the host buffers are pinned for the device
+	Batches     int     `json:"batches"`
+	BatchBytes  int     `json:"batch_bytes"`
+	SerialNs    int64   `json:"serial_ns"`    // one step at a time
+	PipelinedNs int64   `json:"pipelined_ns"` // overlapped
+	Overlap     float64 `json:"overlap"`      // 1 - pipelined/serial: the share of the time overlap saved
+	// Throughput is batches × batch bytes over the pipelined wall time:
+	// what the whole pipeline, producer included, delivered.
+	Throughput float64 `json:"throughput_gb_per_s"`
+	// H2D is the pipeline's copies' bandwidth from their device time
+	// (events recorded around each copy).
+	H2D float64 `json:"h2d_gb_per_s,omitempty"`
+	// PeakH2D is the same pinned copy alone: alone copies back to back on
+	// the idle copy queue, between two events.
+	PeakH2D float64 `json:"peak_h2d_gb_per_s,omitempty"`
+	OfPeak  float64 `json:"of_peak,omitempty"` // H2D / PeakH2D
+}
 
 // fill is the producer's work on batch b: it writes every element.
 func fill(buf []float32, b int) {
@@ -165,6 +196,35 @@ func (p *pipeline) timeCopy(s *stage) {
 	p.copies++
 }
 
+// peak times the copy of one batch alone: alone copies of stage 0's
+// pinned buffer back to back on the idle copy queue, between two events.
+// It returns 0 where the driver times no events.
+func (p *pipeline) peak(ctx context.Context) (time.Duration, error) {
+	s := &p.stages[0]
+	if err := p.copyQ.SynchronizeContext(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.began.Record(p.copyQ); err != nil {
+		return 0, err
+	}
+	for range alone {
+		if err := target.CopyToDevice(s.in, s.host, p.copyQ); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.copied.Record(p.copyQ); err != nil {
+		return 0, err
+	}
+	if err := s.copied.Synchronize(ctx); err != nil {
+		return 0, err
+	}
+	d, err := target.Elapsed(s.began, s.copied)
+	if err != nil {
+		return 0, nil // not timed here
+	}
+	return d / alone, nil
+}
+
 func (p *pipeline) close() error {
 	var errs []error
 	errs = append(errs, p.copyQ.Close(), p.computeQ.Close())
@@ -191,7 +251,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("host buffers pinned: %v\n", target.IsPinned(p.stages[0].host) && target.IsPinned(p.stages[1].host))
+	pinned := target.IsPinned(p.stages[0].host) && target.IsPinned(p.stages[1].host)
+	fmt.Printf("host buffers pinned: %v\n", pinned)
 
 	if _, err := p.run(ctx, false); err != nil { // a warm-up: first touches of every buffer
 		log.Fatal(err)
@@ -204,18 +265,36 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	res := Result{Device: d.String(), Pinned: pinned, Batches: batches, BatchBytes: elems * 4,
+		SerialNs: serial.Nanoseconds(), PipelinedNs: over.Nanoseconds(),
+		Overlap:    1 - float64(over)/float64(serial),
+		Throughput: batches * elems * 4 / over.Seconds() / 1e9}
 	fmt.Printf("%d batches of %d MiB: one step at a time %v, pipelined %v: overlap saved %.0f%%\n",
-		batches, elems*4>>20, serial.Round(time.Microsecond), over.Round(time.Microsecond),
-		100*(1-float64(over)/float64(serial)))
+		batches, elems*4>>20, serial.Round(time.Microsecond), over.Round(time.Microsecond), 100*res.Overlap)
 	if d.IsHost() {
 		fmt.Println("(the host device's queues do their work at once: the difference is noise, not overlap)")
 	}
 	if p.timed && p.h2d > 0 {
-		fmt.Printf("achieved host-to-device bandwidth: %.2f GB/s (device time of %d copies, from events)\n",
-			float64(p.copies)*elems*4/p.h2d.Seconds()/1e9, p.copies)
+		res.H2D = float64(p.copies) * elems * 4 / p.h2d.Seconds() / 1e9
+		fmt.Printf("achieved host-to-device bandwidth: %.2f GB/s (device time of %d copies, from events)\n", res.H2D, p.copies)
+		one, err := p.peak(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if one > 0 {
+			res.PeakH2D = elems * 4 / one.Seconds() / 1e9
+			res.OfPeak = res.H2D / res.PeakH2D
+			fmt.Printf("peak for %d MiB, the same pinned copy alone: %.2f GB/s; the pipeline's copies reached %.0f%% of it\n",
+				elems*4>>20, res.PeakH2D, 100*res.OfPeak)
+		}
 	} else {
 		fmt.Println("achieved host-to-device bandwidth: not timed (the driver times no events here)")
 	}
+	line, err := json.Marshal(res)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("pipeline: %s\n", line)
 
 	// The last batch went through: check its output.
 	last := p.stages[(batches-1)%2]

@@ -6,5 +6,5 @@
 // the real bundle and runs it against the project's fake libcuda in a
 // directory holding only the bundle, with go and gcc off PATH, for amd64 and
 // (under qemu-user) arm64, when OMPALLOC_GPU_DRYRUN=1, as .ci/run sets: it
-// builds nine binaries per architecture (the probe among them).
+// builds ten binaries per architecture (the probe and examples/pipeline among them).
 package gpucheck

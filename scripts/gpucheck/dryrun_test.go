@@ -16,7 +16,8 @@ import (
 )
 
 // DryRunEnv switches TestDryRun on: it builds the whole bundle (seven test
-// binaries, the CLI and the probe), too much for every `go test ./...`.
+// binaries, the CLI, the probe and the pipeline example), too much for every
+// `go test ./...`.
 const DryRunEnv = "OMPALLOC_GPU_DRYRUN"
 
 // copyDir copies the plain files of src into dst, keeping their modes.
@@ -139,6 +140,30 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	require.Equal(t, arch, s.Arch, "the bundle's own architecture ran")
 	require.Greater(t, s.TestsPassed, 50, "the bundle's tests ran")
 	require.Len(t, s.Goals, 2)
+	// The pipeline example ran on the fake GPU 0 (OMP_DEFAULT_DEVICE=1 of
+	// the hostile settings overridden) with pinned buffers, and the fake
+	// times events: every figure is there but the bench's 4 MiB driver
+	// peak (BENCH_SIZES has no 4M).
+	require.Equal(t, "measured", s.Pipeline)
+	var pipe struct {
+		Device      string   `json:"device"`
+		Pinned      bool     `json:"pinned"`
+		Overlap     *float64 `json:"overlap"`
+		H2D         float64  `json:"h2d_gb_per_s"`
+		Peak        float64  `json:"peak_h2d_gb_per_s"`
+		OfPeak      float64  `json:"of_peak"`
+		DriverPeak  *float64 `json:"bench_driver_peak_gb_per_s"`
+		PipelinedNs int64    `json:"pipelined_ns"`
+	}
+	require.NoError(t, json.Unmarshal(s.PipelineResult, &pipe), "%s", s.PipelineResult)
+	require.Contains(t, pipe.Device, "device 0 (cuda")
+	require.True(t, pipe.Pinned)
+	require.NotNil(t, pipe.Overlap)
+	require.Positive(t, pipe.PipelinedNs)
+	require.Positive(t, pipe.H2D)
+	require.Positive(t, pipe.Peak)
+	require.Positive(t, pipe.OfPeak)
+	require.Nil(t, pipe.DriverPeak)
 
 	tests, err := os.ReadFile(filepath.Join(resOut, "tests.log"))
 	require.NoError(t, err)

@@ -31,6 +31,8 @@ type Summary struct {
 	Goals          []json.RawMessage `json:"goals"`
 	Probe          string            `json:"probe"`
 	Torch          string            `json:"torch"`
+	Pipeline       string            `json:"pipeline"`
+	PipelineResult json.RawMessage   `json:"pipeline_result"`
 	TimedOut       []string          `json:"timed_out"`
 	Status         int               `json:"status"`
 }
@@ -349,6 +351,75 @@ func TestRunProbe(t *testing.T) {
 			require.Equal(t, "ompalloc-gpuprobe/1", p.Schema)
 			require.Equal(t, lib, p.Library)
 			require.Equal(t, "256M", p.Size, "the default size")
+		})
+	}
+}
+
+// The pipeline example: its result line goes to OUT/pipeline.json and the
+// summary, with the bench's h2d driver peak at the batch size added where
+// the bench measured that size; a pipeline that fails, or prints no result
+// line, fails the run; a bundle without it (an older one) is reported so.
+func TestRunPipeline(t *testing.T) {
+	path := sandboxPATH(t, hostTools...)
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(lib, nil, 0o644))
+	const result = `{"device":"device 0 (cuda NVIDIA H200)","pinned":true,"batches":16,"batch_bytes":4194304,"serial_ns":9000000,` +
+		`"pipelined_ns":6000000,"overlap":0.3333,"throughput_gb_per_s":11.18,"h2d_gb_per_s":40,"peak_h2d_gb_per_s":50,"of_peak":0.8}`
+	at4M := benchResult{Group: "h2d", Series: "driver peak", SizeBytes: 4 << 20, NsPerOp: 8e4, GBPerS: 50}
+	pinned := benchResult{Group: "h2d", Series: "pinned", SizeBytes: 4 << 20, NsPerOp: 8e4, GBPerS: 49, OfPeak: 0.98}
+	for _, tc := range []struct {
+		name, body string
+		bench      []benchResult
+		pipeline   string
+		status     int
+		driverPeak float64 // 0: absent
+	}{
+		{"with the bench's peak at its size", "echo 'device: x'\necho 'pipeline: " + result + "'\necho released\n",
+			[]benchResult{pinned, at4M}, "measured", 0, 50},
+		{"without it", "echo 'pipeline: " + result + "'\n", []benchResult{pinned}, "measured", 0, 0},
+		{"fails", "echo 'log.Fatal: cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS' >&2\nexit 1\n", []benchResult{pinned},
+			"failed: log.Fatal: cuMemcpyHtoDAsync: CUDA_ERROR_ILLEGAL_ADDRESS", 1, 0},
+		{"no result line", "echo released\n", []benchResult{pinned}, "failed: no result line in pipeline.log", 1, 0},
+		{"absent", "", []benchResult{pinned}, "absent: no pipeline in the bundle", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bundle, _ := stubBundle(t, map[string]string{"alloc": "--- PASS: TestA"}, nil, benchJSON(t, tc.bench))
+			envFile := filepath.Join(t.TempDir(), "pipeline.env")
+			if tc.body != "" {
+				writeExe(t, filepath.Join(bundle, "pipeline"), "env >"+envFile+"\n"+tc.body)
+			}
+			out := filepath.Join(t.TempDir(), "out")
+			cmd := exec.Command(filepath.Join(path, "bash"), script, "run", bundle, out)
+			cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir(), "OMPALLOC_CUDA_LIBRARY=" + lib, "OMP_DEFAULT_DEVICE=1"}
+			o, _ := cmd.CombinedOutput()
+			data, err := os.ReadFile(filepath.Join(out, "summary.json"))
+			require.NoError(t, err, "%s", o)
+			var s Summary
+			require.NoError(t, json.Unmarshal(data, &s), "%s", data)
+			require.Equal(t, tc.pipeline, s.Pipeline, "%s", o)
+			require.Equal(t, tc.status, s.Status, "%s", data)
+			if tc.pipeline != "measured" {
+				require.Equal(t, "null", string(s.PipelineResult))
+				return
+			}
+			env, err := os.ReadFile(envFile)
+			require.NoError(t, err)
+			require.Contains(t, "\n"+string(env), "\nOMP_DEFAULT_DEVICE=0\n", "the GPU, whatever the user's default")
+			require.Contains(t, "\n"+string(env), "\nOMPALLOC_PINNED_LIMIT=0\n", "no pinned cap, as the bench")
+			file, err := os.ReadFile(filepath.Join(out, "pipeline.json"))
+			require.NoError(t, err)
+			require.JSONEq(t, string(file), string(s.PipelineResult), "the summary embeds pipeline.json")
+			var r map[string]any
+			require.NoError(t, json.Unmarshal(file, &r), "%s", file)
+			require.Equal(t, 0.3333, r["overlap"])
+			require.Equal(t, 40.0, r["h2d_gb_per_s"])
+			require.Equal(t, 0.8, r["of_peak"], "the example's own peak")
+			if tc.driverPeak == 0 {
+				require.NotContains(t, r, "bench_driver_peak_gb_per_s", "the bench measured no 4 MiB driver peak")
+				return
+			}
+			require.Equal(t, tc.driverPeak, r["bench_driver_peak_gb_per_s"])
+			require.Equal(t, 0.8, r["of_driver_peak"])
 		})
 	}
 }

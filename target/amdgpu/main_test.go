@@ -128,7 +128,7 @@ func hostBuffer(t testing.TB, n uintptr) uintptr {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		// A test that failed may leave copies in flight into p: let the
-		// fake's worker finish before the memory goes.
+		// fake's copy engines finish before the memory goes.
 		if fakePath != "" {
 			drain(t)
 		}
@@ -139,7 +139,7 @@ func hostBuffer(t testing.TB, n uintptr) uintptr {
 
 var _ plugin.Plugin = (*Plugin)(nil)
 
-// drain waits until the fake's worker has performed every copy submitted.
+// drain waits until the fake's engines have performed every copy submitted.
 func drain(t testing.TB) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); count(t, "pending") > 0; time.Sleep(time.Millisecond) {

@@ -106,7 +106,7 @@
  * "inits" (reference count), "lock_calls"
  * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
  * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
- * "gated" (calls, and the copy worker, waiting at a closed gate); void
+ * "gated" (calls, and copy engines holding due copies, waiting at a closed gate); void
  * fakehsa_gate(const char *fn, int closed) closes or opens a gate in front
  * of fn ("hsa_amd_memory_unlock" or "hsa_amd_memory_lock"): a call arriving at a closed gate waits, holding
  * no lock of the fake, until the gate opens, as a device-synchronizing call
@@ -294,7 +294,7 @@ static struct agent agents[MAX_AGENTS];
 static int npools;
 static struct pool pools[MAX_AGENTS * POOLS_PER_AGENT];
 static long delay_us = 2000;
-static int nengines = 2; /* FAKEHSA_ENGINES: copy workers, read once when the first starts */
+static int nengines = 2; /* FAKEHSA_ENGINES: copy workers (read at hsa_init; started at the first copy) */
 static bool no_peer; /* FAKEHSA_NO_PEER: GPUs cannot reach each other's memory */
 static bool apu;     /* FAKEHSA_APU: full-profile GPUs */
 

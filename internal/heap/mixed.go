@@ -47,14 +47,18 @@ func (m *mixed) take(foot, align uintptr) (uintptr, bool) {
 		if q+foot > e.hi {
 			continue
 		}
-		var repl []extent
-		if q > e.lo {
-			repl = append(repl, extent{e.lo, q})
+		switch {
+		case q == e.lo && q+foot == e.hi:
+			m.free = append(m.free[:i], m.free[i+1:]...)
+		case q == e.lo:
+			m.free[i].lo = q + foot
+		case q+foot == e.hi:
+			m.free[i].hi = q
+		default: // alignment left a gap before it: two extents
+			m.free = append(m.free, extent{})
+			copy(m.free[i+1:], m.free[i:])
+			m.free[i].hi, m.free[i+1].lo = q, q+foot
 		}
-		if q+foot < e.hi {
-			repl = append(repl, extent{q + foot, e.hi})
-		}
-		m.free = append(m.free[:i], append(repl, m.free[i+1:]...)...)
 		return q, true
 	}
 	return 0, false
@@ -244,17 +248,26 @@ func (h *Heap) resizeMixed(s *span, p, size uintptr) error {
 
 // containingMixed is containingSmall for a mixed span. h.mu held.
 func containingMixed(s *span, p uintptr) (start, size uintptr, ok bool) {
+	if b, ok := s.mix.live[p]; ok { // at a block's start: the common case
+		return containingMixedBlock(p, b, p)
+	}
 	for q, b := range s.mix.live {
 		if b.slot <= p && p < b.slot+b.foot {
-			hd := hdr(q)
-			if atomic.LoadUint32(&hd.tag) != tag(magicLive, q-b.slot) {
-				return 0, 0, false // being handed out
-			}
-			if n := uintptr(atomic.LoadUint32(&hd.meta) & 0xffff); q <= p && p-q < n {
-				return q, n, true
-			}
-			return 0, 0, false // its header, padding, or past its size
+			return containingMixedBlock(q, b, p)
 		}
 	}
 	return 0, 0, false
+}
+
+// containingMixedBlock is containingMixed for p in the slot of the block at
+// q.
+func containingMixedBlock(q uintptr, b mixedBlock, p uintptr) (start, size uintptr, ok bool) {
+	hd := hdr(q)
+	if atomic.LoadUint32(&hd.tag) != tag(magicLive, q-b.slot) {
+		return 0, 0, false // being handed out
+	}
+	if n := uintptr(atomic.LoadUint32(&hd.meta) & 0xffff); q <= p && p-q < n {
+		return q, n, true
+	}
+	return 0, 0, false // its header, padding, or past its size
 }

@@ -2,7 +2,9 @@ package heap
 
 import (
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -203,4 +205,71 @@ func TestMixedSpanGrowsAndMerges(t *testing.T) {
 		require.Empty(t, h.mixed, "round %d: the span went with its last block", round)
 		h.mu.Unlock()
 	}
+}
+
+// Goroutines allocate, fill, check and free blocks of random sizes and
+// alignments in mixed spans that grow, empty and go: every block keeps its
+// bytes, and the budget is all back at the end. (Double frees racing a
+// reallocation of the same address free the new block, as anywhere:
+// RELIABILITY.md; they are tested apart.)
+func TestMixedSpanHammer(t *testing.T) {
+	src := &budgetSource{budget: 256 << 10}
+	h := New(src, Config{Name: t.Name(), KeepChunks: 1}) // as pinned heaps keep theirs: not released at each emptying
+	t.Cleanup(h.Close)
+	const workers, rounds = 4, 2000
+	var wg sync.WaitGroup
+	var served, refused atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var live []uintptr
+			for i := range rounds {
+				n := uintptr(16 + (i*7919+w*104729)%6000)
+				if p, _, err := h.Alloc(n, 16<<(i%3), uint32(w+1), i%5 == 0); err == nil {
+					clear := cmem.Bytes(p, n)
+					if i%5 == 0 && slices.ContainsFunc(clear, func(c byte) bool { return c != 0 }) {
+						t.Errorf("a zeroed block of %d bytes at %#x is not zero", n, p)
+						return
+					}
+					for j := range clear {
+						clear[j] = byte(w*31 + i)
+					}
+					live = append(live, p)
+					served.Add(1)
+				} else if errors.Is(err, errBudget) {
+					refused.Add(1)
+				} else {
+					t.Errorf("alloc: %v", err)
+					return
+				}
+				if len(live) > 6 || i == rounds-1 {
+					for _, p := range live {
+						b, err := Inspect(p)
+						if err != nil {
+							t.Errorf("inspect %#x: %v", p, err)
+							return
+						}
+						first := cmem.Bytes(p, 1)[0]
+						for j, c := range cmem.Bytes(p, b.Size) {
+							if c != first {
+								t.Errorf("block %#x byte %d: %d, not %d", p, j, c, first)
+								return
+							}
+						}
+						if _, err := Free(p); err != nil {
+							t.Errorf("free %#x: %v", p, err)
+							return
+						}
+					}
+					live = live[:0]
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d blocks served, %d refused", served.Load(), refused.Load())
+	h.Trim()
+	require.Zero(t, h.Stats().Mapped)
+	require.Zero(t, src.used)
 }

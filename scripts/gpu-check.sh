@@ -34,7 +34,10 @@
 #     lock_mem'd memory against the driver's own peak in the same run
 #     (cuMemAllocHost + cuMemcpy*Async), ours/peak, every host buffer on the
 #     GPU's NUMA node (bench.json's device.host_nodes says where each really
-#     is), and small-copy latency with and without the staging pool:
+#     is), small-copy latency with and without the staging pool, and device
+#     alloc+free of 1 MiB through the device pool (the driver's
+#     stream-ordered allocator where the GPU has memory pools) against
+#     cuMemAlloc+cuMemFree:
 #     OUT/bench.json, OUT/bench.svg, progress lines in OUT/bench.err.
 #     It is the --full run. BENCH_TIME (default 200ms per run of a case),
 #     BENCH_REPEAT (runs per case, default 3) and BENCH_SIZES (a list such
@@ -56,7 +59,9 @@
 # OUT/summary.json: {libcuda, arch, tests_passed, tests_failed,
 # tests_skipped, packages_failed, bench_errors (failed h2d, d2h and
 # small_copy cases), gpu_node and host_nodes (the GPU's NUMA node, and
-# where each transfer series' buffer was), goals, probe (measured / failed: why), torch
+# where each transfer series' buffer was), device_alloc ({device_pool:
+# driver or size_class, pool_ns, driver_ns}: the 1 MiB device alloc+free
+# figures, null when not measured), goals, probe (measured / failed: why), torch
 # (measured / absent / failed: why), pipeline (measured / absent / failed:
 # why) and pipeline_result (OUT/pipeline.json's object, or null), timed_out
 # (the steps that ran out of time), status}; status is 0 when every test
@@ -235,6 +240,19 @@ run | probe)
 	hostnodes=$(sed -n '/^    "host_nodes": {$/,/^    }$/p' "$out/bench.json" | sed '1s/.*/{/; $s/.*/}/' | tr -d '\n' | tr -s ' ')
 	[[ -n $gpunode ]] || gpunode=null
 	[[ -n $hostnodes ]] || hostnodes='{}'
+	# Device alloc+free of 1 MiB through the device pool against
+	# cuMemAlloc+cuMemFree, measured in the same run.
+	devalloc=$(awk '
+		/"device_pool":/ { kind = $2; sub(/,$/, "", kind) }
+		/"group":/ { g = $2 }
+		/"series":/ { s = $2 }
+		/"ns_per_op":/ && g == "\"device_alloc\"," { v = $2; sub(/,$/, "", v); ns[s] = v }
+		END {
+			if (("\"pool\"," in ns) && ("\"driver\"," in ns))
+				printf "{\"device_pool\":%s,\"pool_ns\":%s,\"driver_ns\":%s}", (kind == "" ? "null" : kind), ns["\"pool\","], ns["\"driver\","]
+			else
+				printf "null"
+		}' "$out/bench.json")
 	goals=$(sed -n '/^  "goals": \[/,/^  \],\{0,1\}$/p' "$out/bench.json" | sed '1s/.*/[/; $s/.*/]/')
 	[[ -n $goals ]] || goals=[]
 	arch=$(sed -n 's/^  "arch": "\(.*\)",$/\1/p' "$out/info.json")
@@ -245,8 +263,8 @@ run | probe)
 	) >"$out/summary.json"
 	(
 		IFS=,
-		printf '"bench_errors":%d,"gpu_node":%s,"host_nodes":%s,"goals":%s,"probe":"%s","torch":"%s","pipeline":"%s","pipeline_result":%s,"timed_out":[%s],"status":%d}\n' \
-			"$benchErrors" "$gpunode" "$hostnodes" "$goals" "$probe" "$torch" "$pipeline" "$presult" "${timedout[*]}" "$status"
+		printf '"bench_errors":%d,"gpu_node":%s,"host_nodes":%s,"device_alloc":%s,"goals":%s,"probe":"%s","torch":"%s","pipeline":"%s","pipeline_result":%s,"timed_out":[%s],"status":%d}\n' \
+			"$benchErrors" "$gpunode" "$hostnodes" "$devalloc" "$goals" "$probe" "$torch" "$pipeline" "$presult" "${timedout[*]}" "$status"
 	) >>"$out/summary.json"
 	cat "$out/summary.json"
 	exit $status

@@ -39,7 +39,10 @@ Measures, on this machine, what deciding whether to pin needs:
   small_copy    with a GPU: submit+synchronize latency of small copies on a
                 queue, with and without the pinned staging pool
   device_alloc  with a GPU: alloc+free of 1 MiB of device memory through
-                the device's caching pool and through the driver
+                the device's pool (CUDA's stream-ordered allocator where the
+                GPU has memory pools, else a size-class cache; JSON's
+                device.device_pool says which) and through the driver
+                (cuMemAlloc+cuMemFree)
 Each case runs --repeat times (default 3), each run for about --time; the
 figure is the median run, with the fastest and slowest beside it. The
 default run measures every group at a few sizes, 40 ms per run: 4-7 s
@@ -85,8 +88,14 @@ type BenchDevice struct {
 	// transfer groups is placed there; HostNodes says where each series'
 	// buffer really is (move_pages on a sample of its pages: a node list,
 	// or why it is unknown), so a figure from a far node is told apart.
-	NUMANode  int               `json:"numa_node"`
-	HostNodes map[string]string `json:"host_nodes,omitempty"`
+	NUMANode int `json:"numa_node"`
+	// DevicePool is what served the device_alloc group's pool series:
+	// "driver" (the driver's stream-ordered allocator: CUDA's
+	// cuMemAllocFromPoolAsync/cuMemFreeAsync) or "size_class" (ompalloc's
+	// cache of cuMemAlloc/HSA blocks); empty when not measured. Before
+	// host_nodes, which gpu-check.sh reads as the object's last field.
+	DevicePool string            `json:"device_pool,omitempty"`
+	HostNodes  map[string]string `json:"host_nodes,omitempty"`
 }
 
 // BenchResult is one measured case.
@@ -324,7 +333,7 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 	if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name, NUMANode: in.NUMANode}
-		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu), deviceAllocSection(gpu))
+		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu), deviceAllocSection(gpu, rep.Device))
 	} else {
 		for _, g := range []string{"h2d", "d2h", "small_copy", "device_alloc"} {
 			rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})

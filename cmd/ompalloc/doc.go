@@ -76,7 +76,10 @@
 //	small_copy    with a GPU: submit on a queue + synchronize, 64 B .. 64 KiB, staged
 //	              through the pinned staging pool, unstaged, and from pinned memory
 //	device_alloc  with a GPU: alloc+free of 1 MiB of device memory through the
-//	              device's caching pool (PoolAlloc/PoolFree) and through the driver
+//	              device's pool (PoolAlloc/PoolFree: CUDA's stream-ordered allocator
+//	              where the GPU has memory pools, else a size-class cache; the JSON's
+//	              device.device_pool says which) and through the driver
+//	              (cuMemAlloc+cuMemFree)
 //
 // --sizes replaces the sizes of every group (small_copy keeps those up to
 // 64 KiB); --regions the region counts; --device N picks the device of the

@@ -95,6 +95,7 @@ func TestFakeGPU(t *testing.T) {
 	for _, s := range []string{"device_alloc/pool", "device_alloc/driver"} { // 1 MiB only
 		require.Equal(t, 1, count[s], s)
 	}
+	require.Equal(t, "driver", rep.Device.DevicePool, "the fake CUDA driver's stream-ordered pool served device_alloc/pool")
 	require.Len(t, rep.Goals, 2)
 	require.Equal(t, goalUnmeasured, rep.Goals[0].Status, "no size of 64 MiB or more: %+v", rep.Goals[0])
 	require.Contains(t, []string{goalMet, goalMissed}, rep.Goals[1].Status, "%+v", rep.Goals[1])

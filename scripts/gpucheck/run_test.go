@@ -28,6 +28,7 @@ type Summary struct {
 	BenchErrors    int               `json:"bench_errors"`
 	GPUNode        *int              `json:"gpu_node"`
 	HostNodes      map[string]string `json:"host_nodes"`
+	DeviceAlloc    *DeviceAlloc      `json:"device_alloc"`
 	Goals          []json.RawMessage `json:"goals"`
 	Probe          string            `json:"probe"`
 	Torch          string            `json:"torch"`
@@ -35,6 +36,14 @@ type Summary struct {
 	PipelineResult json.RawMessage   `json:"pipeline_result"`
 	TimedOut       []string          `json:"timed_out"`
 	Status         int               `json:"status"`
+}
+
+// DeviceAlloc is summary.json's device_alloc: 1 MiB device alloc+free
+// through the device pool and through cuMemAlloc+cuMemFree.
+type DeviceAlloc struct {
+	DevicePool string  `json:"device_pool"`
+	PoolNs     float64 `json:"pool_ns"`
+	DriverNs   float64 `json:"driver_ns"`
 }
 
 // The parts of `ompalloc bench --json` the script and these tests read,
@@ -57,9 +66,10 @@ type benchGoal struct {
 
 // benchDevice is the bench's device object, in the CLI's field order.
 type benchDevice struct {
-	Number    int               `json:"number"`
-	NUMANode  int               `json:"numa_node"`
-	HostNodes map[string]string `json:"host_nodes,omitempty"`
+	Number     int               `json:"number"`
+	NUMANode   int               `json:"numa_node"`
+	DevicePool string            `json:"device_pool,omitempty"`
+	HostNodes  map[string]string `json:"host_nodes,omitempty"`
 }
 
 type benchReport struct {
@@ -118,7 +128,7 @@ func stubBundle(t *testing.T, tests map[string]string, rc map[string]int, bench 
 func benchJSON(t *testing.T, results []benchResult) []byte {
 	t.Helper()
 	rep := benchReport{Arch: "arm64", Results: results, Device: &benchDevice{Number: 0, NUMANode: 1,
-		HostNodes: map[string]string{"driver peak": "1", "pageable": "1", "pinned": "1", "registered": "0-1"}}, Goals: []benchGoal{
+		HostNodes: map[string]string{"driver peak": "1", "pageable": "1", "pinned": "1", "registered": "0-1"}, DevicePool: "driver"}, Goals: []benchGoal{
 		{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, {Goal: "staging", Status: "missed", Detail: "1.2"},
 	}}
 	b, err := json.MarshalIndent(rep, "", "  ")
@@ -164,6 +174,8 @@ func TestRunSummary(t *testing.T) {
 		{Group: "h2d", Series: "pinned", SizeBytes: 1 << 30, NsPerOp: 2e7, GBPerS: 53, OfPeak: 0.98},
 		{Group: "d2h", Series: "pageable", SizeBytes: 1 << 30, NsPerOp: 6e7, GBPerS: 17, OfPeak: 0.3},
 		{Group: "h2d", Series: "driver peak", SizeBytes: 1 << 30, NsPerOp: 2e7, GBPerS: 54},
+		{Group: "device_alloc", Series: "pool", SizeBytes: 1 << 20, NsPerOp: 2500.5},
+		{Group: "device_alloc", Series: "driver", SizeBytes: 1 << 20, NsPerOp: 90000},
 	}
 	withErr := func(group string) []benchResult {
 		r := append([]benchResult(nil), transfers...)
@@ -204,6 +216,11 @@ func TestRunSummary(t *testing.T) {
 			require.Equal(t, 1, *s.GPUNode, "the GPU's node, from bench.json")
 			require.Equal(t, map[string]string{"driver peak": "1", "pageable": "1", "pinned": "1", "registered": "0-1"}, s.HostNodes,
 				"where each series' buffer was")
+			if len(tc.results) > 1 {
+				require.Equal(t, &DeviceAlloc{DevicePool: "driver", PoolNs: 2500.5, DriverNs: 90000}, s.DeviceAlloc, "the device pool figure, from bench.json")
+			} else {
+				require.Nil(t, s.DeviceAlloc, "no device_alloc measured: null")
+			}
 			var g benchGoal
 			require.NoError(t, json.Unmarshal(s.Goals[0], &g))
 			require.Equal(t, benchGoal{Goal: "peak", Status: "met", Detail: "lowest of 4: 97%"}, g)

@@ -193,3 +193,12 @@ func mustAlloc(t *testing.T, mp plugin.MemPool) uintptr {
 	require.NoError(t, err)
 	return p
 }
+
+// realPool, which the GPU bundle runs on the real driver, passes on the fake.
+func TestRealPoolOnFake(t *testing.T) {
+	d := dev(t, 0)
+	require.NoError(t, d.Open())
+	src, sb := hostBuf(t, 1<<20)
+	dst, db := hostBuf(t, 1<<20)
+	realPool(t, d, src, sb, dst, db)
+}

@@ -16,8 +16,10 @@ import (
 // (llvm_omp_target_host/shared/device_mem_space) from a device's plugin:
 // host and shared memory one driver allocation per block, as libomptarget
 // does; a GPU's device memory from the device's caching pool
-// (target.Device.PoolAlloc), so that a free and a new allocation of the
-// same size class skip the driver. The allocator's pool_size still bounds
+// (target.Device.PoolAlloc: CUDA's stream-ordered allocator where the GPU
+// has memory pools, else a size-class cache), so that a free and a new
+// allocation skip cuMemAlloc/cuMemFree and their device synchronization.
+// The allocator's pool_size still bounds
 // the bytes it hands out. Device memory is not host-accessible, so these
 // blocks carry no header; a map finds them.
 type targetBackend struct {

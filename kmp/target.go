@@ -104,9 +104,11 @@ func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsaf
 	var p uintptr
 	var err error
 	if kind == plugin.MemDevice && !d.IsHost() {
-		// Device memory comes from the device's caching pool: a miss asks
-		// the driver (and fails as the driver does), a hit saves the
-		// cuMemAlloc/hsa_amd_memory_pool_allocate and its device sync.
+		// Device memory comes from the device's caching pool (CUDA's
+		// stream-ordered allocator where the GPU has memory pools, else a
+		// size-class cache): it saves the cuMemAlloc/
+		// hsa_amd_memory_pool_allocate and its device sync; a failure is
+		// the driver's.
 		p, err = d.PoolAlloc(size, nil)
 	} else {
 		p, err = d.Alloc(kind, size)

@@ -102,7 +102,7 @@ func (d *Device) driverPool() plugin.MemPool {
 	return pl.drv
 }
 
-// knownDriverPool is the driver pool when PoolAlloc asked for it already
+// knownDriverPoolLocked is the driver pool when PoolAlloc asked for it already
 // (nil otherwise: then nothing was allocated from it); for the calls that
 // must not open the device. Called with pl.mu held.
 func (pl *devPool) knownDriverPoolLocked() plugin.MemPool {
@@ -128,8 +128,11 @@ func poolClass(n uintptr) uintptr {
 }
 
 // PoolAlloc returns n bytes of device memory of d from d's pool, for use
-// on q (nil: for any use). It asks the driver only when no cached block of
-// the size class may be reused by q. Free it with PoolFree.
+// on q (nil: for any use, at once). With the size-class cache it asks the
+// driver only when no cached block of the size class may be reused by q;
+// with the driver's stream-ordered pool it is one cuMemAllocFromPoolAsync
+// on q's stream (without a queue, on a stream of the pool's, synchronized
+// before returning). Free it with PoolFree.
 func (d *Device) PoolAlloc(n uintptr, q *Queue) (uintptr, error) {
 	if err := d.usable(); err != nil {
 		return 0, err
@@ -229,7 +232,9 @@ func (pl *devPool) waitsLocked(c uintptr) []*Queue {
 // PoolFree returns a block PoolAlloc handed out. With q, the work issued
 // on q may still use it: q's later allocations may reuse it at once, the
 // others once that work completed. Without a queue it is reused once the
-// work issued so far on every queue of the device has completed.
+// work issued so far on every queue of the device has completed; the host
+// never waits. Work on another device's queues (a peer copy into the
+// block) is not looked for: synchronize that queue before the free.
 func (d *Device) PoolFree(p uintptr, q *Queue) error {
 	if err := d.checkQueue(q); err != nil {
 		return err
@@ -311,7 +316,10 @@ func (d *Device) PoolStats() PoolStats {
 
 // SetPoolLimit bounds the bytes d's pool reserves from the driver (0: no
 // bound), as the pool_size trait bounds an allocator; free blocks above it
-// are given back now.
+// are given back now. With the driver's stream-ordered pool it bounds the
+// bytes handed out (the driver reserves in its own granularity) and is the
+// pool's release threshold: free memory above it also goes back at the
+// driver's next synchronization.
 func (d *Device) SetPoolLimit(n uintptr) {
 	pl := d.devpool
 	pl.mu.Lock()
@@ -334,7 +342,8 @@ func (d *Device) SetPoolLimit(n uintptr) {
 // TrimPool gives the ready free blocks of d's pool back to the driver
 // until at most keep bytes are reserved (cuMemPoolTrimTo, CuPy's
 // free_all_blocks with keep 0), and returns the bytes released. Blocks
-// whose queue's work is still running stay.
+// whose queue's work is still running stay (with the driver's pool, also
+// frees issued on a queue the host has not synchronized since).
 func (d *Device) TrimPool(keep uintptr) uintptr {
 	pl := d.devpool
 	pl.mu.Lock()

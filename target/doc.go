@@ -59,6 +59,19 @@
 // moves stacks) or foreign C memory is refused. IsPinned answers for any
 // memory: the registries, then each open driver's pointer attributes.
 //
+// # Device-memory pool
+//
+// Device.PoolAlloc and PoolFree cache device memory per device, as
+// PyTorch's, CuPy's and RMM's allocators do (omp_target_alloc and the
+// device memory spaces use them). A block freed with a queue is reused at
+// once by that queue and by others once its work before the free is done;
+// one freed without a queue waits for every open queue's work, without
+// blocking the host. On a CUDA GPU that reports memory pools the pool is
+// the driver's stream-ordered allocator (a pool of ompalloc's own, so that
+// TrimPool never takes memory from another library's use of the default
+// pool); elsewhere a size-class cache. PoolStats, SetPoolLimit and
+// TrimPool work on either.
+//
 // # Generic and vendor parts
 //
 // A Device holds its plugin.Impl, a pinned.Registry of the host ranges

@@ -18,8 +18,10 @@ package target
 //     it goes back to the device at the next synchronization.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -94,6 +96,10 @@ func (d *Device) freeAfterOpenQueues(drv plugin.MemPool, p uintptr) error {
 		qs = append(qs, o)
 	}
 	d.qmu.Unlock()
+	// In creation order: two frees holding some life locks while they wait
+	// for another, behind a Close waiting to take it exclusively, would
+	// deadlock if they took them in different orders.
+	slices.SortFunc(qs, func(a, b *Queue) int { return cmp.Compare(a.id, b.id) })
 	impls := make([]plugin.QueueImpl, 0, len(qs))
 	for _, o := range qs {
 		if o.idle() {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -65,7 +66,63 @@ func TestDriverPoolChild(t *testing.T) {
 	t.Run("queue-aware reuse", func(t *testing.T) { driverPoolQueues(t, cu) })
 	t.Run("free without a queue waits for every queue", func(t *testing.T) { driverPoolNilFree(t, cu) })
 	t.Run("limit, threshold, trim, stats", func(t *testing.T) { driverPoolLimit(t, cu) })
+	t.Run("frees racing queues that open and close", func(t *testing.T) { driverPoolHammer(t, cu) })
 	require.Zero(t, misuse(), "every use of pool memory was in stream order")
+}
+
+// Goroutines allocate on queues of their own, copy into the block, free it
+// without a queue (waiting for the busy queues, their life locks held) and
+// close their queues, all at once: no deadlock, no use out of stream
+// order, nothing left handed out.
+func driverPoolHammer(t *testing.T, d *Device) {
+	const workers, rounds, n = 4, 50, 4096
+	src := make([]byte, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- func() error {
+				for range rounds {
+					q, err := d.NewQueue()
+					if err != nil {
+						return err
+					}
+					p, err := d.PoolAlloc(n, q)
+					if err != nil {
+						return err
+					}
+					arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: n})
+					if err != nil {
+						return err
+					}
+					if err := CopyToDevice(arr, src, q); err != nil {
+						return err
+					}
+					if err := d.PoolFree(p, nil); err != nil {
+						return err
+					}
+					if err := q.Close(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the frees and closes deadlocked")
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Zero(t, d.PoolStats().InUse)
 }
 
 // sizeClassPool: the device pool is target's size-class cache: a freed

@@ -23,6 +23,7 @@ import (
 type Queue struct {
 	dev  *Device
 	impl plugin.QueueImpl
+	id   uint64 // creation order: several queues' life locks are taken in it
 
 	// life is held shared while work is issued on impl and exclusively to
 	// destroy it, so no copy is issued on a destroyed vendor queue.
@@ -72,6 +73,9 @@ type hostRange struct{ p, n uintptr }
 
 func (r hostRange) overlaps(p, n uintptr) bool { return r.n != 0 && p < r.p+r.n && r.p < p+n }
 
+// queueIDs numbers the queues in creation order.
+var queueIDs atomic.Uint64
+
 // hostUses (internal/hooks.HostUses, which alloc reads) counts the pending host ranges of all queues: while it is 0, a
 // free need not look for copies in flight (one atomic load).
 var hostUses = &hooks.HostUses
@@ -85,7 +89,7 @@ func (d *Device) NewQueue() (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("device %d: new queue: %w", d.ID, err)
 	}
-	q := &Queue{dev: d, impl: qi}
+	q := &Queue{dev: d, impl: qi, id: queueIDs.Add(1)}
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
 	if d.queues == nil {

@@ -46,6 +46,9 @@ func TestTargetAllocPoolOnFakeGPU(t *testing.T) {
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestTargetAllocPoolChild")
 			require.NotContains(t, string(out), "warning")
+			if c.mempools == "1" {
+				require.Contains(t, string(out), "--- PASS: TestTargetAllocPoolChild/a_failing_cuMemAllocFromPoolAsync_or_cuMemFreeAsync")
+			}
 		})
 	}
 }
@@ -175,7 +178,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 	})
 
 	if drvPool {
-		t.Run("a failing cuMemAllocFromPoolAsync", func(t *testing.T) {
+		t.Run("a failing cuMemAllocFromPoolAsync or cuMemFreeAsync", func(t *testing.T) {
 			require.NoError(t, os.Setenv("FAKECUDA_FAIL", "cuMemAllocFromPoolAsync=2"))
 			t.Cleanup(func() { _ = os.Unsetenv("FAKECUDA_FAIL") })
 			d.TrimPool(0)
@@ -186,7 +189,14 @@ func TestTargetAllocPoolChild(t *testing.T) {
 			require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
 			p, err := d.PoolAlloc(n, nil)
 			require.NoError(t, err)
+			// A failing cuMemFreeAsync keeps the block handed out, so that
+			// the free can be retried.
+			require.NoError(t, os.Setenv("FAKECUDA_FAIL", "cuMemFreeAsync"))
+			require.ErrorContains(t, d.PoolFree(p, nil), "cuMemFreeAsync: CUDA_ERROR_UNKNOWN")
+			require.Equal(t, uintptr(n), d.PoolStats().InUse)
+			require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
 			require.NoError(t, d.PoolFree(p, nil))
+			require.Zero(t, d.PoolStats().InUse)
 			require.Equal(t, blocks0+1, blocks())
 		})
 	}

@@ -21,7 +21,7 @@ import (
 // without staging.
 func TestFakeGPU(t *testing.T) {
 	lib := fakedrv.Build(t, "fakecuda")
-	env := []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1"}
+	env := []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_NO_MEMPOOLS="}
 
 	r := ompalloc(t, env, "info", "--json")
 	require.Equal(t, 0, r.code, r.stderr)

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if child {
 		fakeLib = os.Getenv("OMPALLOC_CUDA_LIBRARY")
 	} else {
+		// The fake's own switch for an older driver: the tests here expect
+		// memory pools (a child sets what it needs).
+		_ = os.Unsetenv("FAKECUDA_NO_MEMPOOLS")
 		fakeLib, fakeErr = fakedrv.BuildPath("fakecuda")
 		if fakeErr == nil {
 			// Before the first use of the package's driver: every New() plugin

@@ -72,24 +72,20 @@ func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error
 		if a.Handle() < firstRuntimeHandle {
 			// Predefined allocators are never destroyed: no flag to check,
 			// nothing in flight to count.
-			q, _, smp, err := a.heap.AllocSampled(size, max(a.align, align), a.id, zero, a.shards.t)
+			// The heap profile (memprof) is counted down in the heap's
+			// pinned section, and a sampled block recorded by sampleHook.
+			q, _, err := a.heap.AllocSampled(size, max(a.align, align), a.id, zero, a.shards.t)
 			if err != nil {
 				p, err := a.fallbackCounted(size, align, zero, a.heapError(err), false)
 				return a.sampled(size, p, err)
-			}
-			if smp != heap.SampleSkip { // the heap profile (memprof): counted down in the heap's pinned section
-				a.sampleBlock(q, size, smp)
 			}
 			return cmem.Ptr(q), nil
 		}
 		// A runtime allocator's cached block: Enter, the destroyed check,
 		// the pop and Exit in one pinned section (where membarrier is
 		// registered; see heap.Tally.Enter).
-		q, _, smp, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.head.Destroyed)
+		q, _, ok, refused := a.heap.AllocGuarded(size, max(a.align, align), a.id, zero, a.shards.t, &a.head.Destroyed)
 		if ok {
-			if smp != heap.SampleSkip {
-				a.sampleBlock(q, size, smp)
-			}
 			return cmem.Ptr(q), nil
 		}
 		if refused {
@@ -109,14 +105,19 @@ func (a *Allocator) sampled(size uintptr, p unsafe.Pointer, err error) (unsafe.P
 	return p, err
 }
 
-// sampleBlock records the block at q for the heap profile when the heap's
-// countdown took it, or, where the heap did not count it down (SampleAsk),
-// when memsample's own does.
-func (a *Allocator) sampleBlock(q, size uintptr, smp heap.Sample) {
-	if smp == heap.SampleTake || smp == heap.SampleAsk && memsample.On() && memsample.Tick(size) {
-		a.record(q, size)
+// sampleHook is heap.SampleHook: it records a block of the heap's hot
+// paths (AllocSampled, AllocGuarded) for the heap profile when their
+// countdown took it (counted), or, where they did not count it down, when
+// memsample's own does.
+func sampleHook(q, size uintptr, id uint32, counted bool) {
+	if counted || memsample.On() && memsample.Tick(size) {
+		if a := owner(id); a != nil {
+			a.record(q, size)
+		}
 	}
 }
+
+func init() { heap.SampleHook = sampleHook }
 
 // record keeps the block at p, sampled for the heap profile, with its
 // stack. The labels are its owner's, which is not a when a fallback served

@@ -245,30 +245,22 @@ func (h *Heap) Alloc(size, align uintptr, owner uint32, zero bool) (p, footprint
 
 // AllocCounted is Alloc that also counts the block in t (nil: nowhere);
 // Free counts it out of the tally registered for owner (SetTally).
+// It does not count down to heap-profile samples: its callers sample
+// what they allocate themselves (memsample.Tick).
 func (h *Heap) AllocCounted(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, err error) {
-	p, footprint, _, err = h.AllocSampled(size, align, owner, zero, t)
-	return p, footprint, err
-}
-
-// AllocSampled is AllocCounted that also counts the block down to the next
-// heap-profile sample in t's shard (smp; SampleAsk where it did not). The
-// common case is one pinned section: pop a cached slot, count it, count
-// it down.
-func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, smp Sample, err error) {
 	if align < minAlign {
 		align = minAlign
 	}
 	if size > maxAlloc || align > maxAlloc {
-		return 0, 0, SampleAsk, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
+		return 0, 0, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
 	}
 	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
 	if c >= 0 && owner > maxOwner {
-		return 0, 0, SampleAsk, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
+		return 0, 0, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
 	}
 	if c < 0 {
-		p, footprint, err = h.allocLarge(size, align, owner, zero, t)
-		return p, footprint, SampleAsk, err
+		return h.allocLarge(size, align, owner, zero, t)
 	}
 	footprint = classSize[c]
 	var slot uintptr
@@ -282,15 +274,77 @@ func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tal
 			l.head = link(slot)
 			l.n--
 			if t != nil {
-				var sh *tallyShard
-				if counted, sample, sh = t.countPinned(pid, true, int64(size), int64(footprint)); counted {
-					// The heap-profile countdown (see Sample), written out here: a
-					// function holding it would be over the inlining budget.
-					smp = SampleSkip
-					if g := memsample.Gen(); g != 0 {
+				counted, sample = t.countPinned(pid, true, int64(size), int64(footprint))
+			}
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	if slot == 0 {
+		if slot, err = h.refill(c, align); err != nil {
+			return 0, 0, err
+		}
+	}
+	if t != nil && !counted {
+		t.CountAlloc(int64(size), int64(footprint))
+	} else if sample {
+		t.SamplePeak()
+	}
+	if zero {
+		return h.handOutZeroed(slot, off, size, owner), footprint, nil
+	}
+	return h.handOut(slot, off, size, owner), footprint, nil
+}
+
+// AllocSampled is AllocCounted that also counts the block down to the next
+// heap-profile sample in t's shard, and hands what the profile samples to
+// SampleHook (see Sample). The common case is one pinned section: pop a
+// cached slot, count it, count it down.
+func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tally) (p, footprint uintptr, err error) {
+	if align < minAlign {
+		align = minAlign
+	}
+	if size > maxAlloc || align > maxAlloc {
+		return 0, 0, fmt.Errorf("%w: %d bytes aligned to %d", ErrTooLarge, size, align)
+	}
+	off := offFor(align)
+	c := classFor(max(size, 1)+off, align)
+	if c >= 0 && owner > maxOwner {
+		return 0, 0, fmt.Errorf("%w: owner %d does not fit a small block's header", ErrTooLarge, owner)
+	}
+	if c < 0 {
+		if p, footprint, err = h.allocLarge(size, align, owner, zero, t); err == nil {
+			sampleAsk(p, size, owner)
+		}
+		return p, footprint, err
+	}
+	footprint = classSize[c]
+	var slot uintptr
+	// rare: what allocRare has to do after the pinned section (the block
+	// was not counted here, the peak is to be sampled, the profile takes
+	// the block); 0 on the common path, one branch for all of them.
+	rare := rareUncounted
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		if slot = l.head; slot != 0 {
+			l.head = link(slot)
+			l.n--
+			if t != nil {
+				if sh, trip := t.countHot(pid, int64(size), int64(footprint)); sh != nil {
+					rare = 0
+					if trip { // the peak, or the heap profile is on (see SampleHook)
+						// tripped, written out: taken at every allocation
+						// while profiling, so kept out of a call.
 						sh.guard.Lock()
-						if sh.cd.Take(int64(size), g) {
-							smp = SampleTake
+						if sh.bytes > sh.mark+PeakStep {
+							sh.mark = sh.bytes
+							rare = rarePeak
+						}
+						if g := memsample.Gen(); g != 0 && sh.cd.Take(int64(size), g) {
+							rare |= rareTake
 						}
 						sh.guard.Unlock()
 					}
@@ -302,19 +356,49 @@ func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tal
 	pcpu.Unpin()
 	if slot == 0 {
 		if slot, err = h.refill(c, align); err != nil {
-			return 0, 0, SampleAsk, err
+			return 0, 0, err
 		}
 	}
-	if t != nil && !counted {
-		t.CountAlloc(int64(size), int64(footprint))
-		smp = SampleAsk
-	} else if sample {
+	if zero {
+		p = h.handOutZeroed(slot, off, size, owner)
+	} else {
+		p = h.handOut(slot, off, size, owner)
+	}
+	if rare != 0 {
+		allocRare(p, size, footprint, owner, t, rare)
+	}
+	return p, footprint, nil
+}
+
+// allocRare is what follows a hot path's pinned section when it did not
+// count the block (rare: it was not cached, or the P has no shard yet), or
+// the peak is to be sampled, or the heap profile takes the block.
+//
+//go:noinline
+func allocRare(p, size, foot uintptr, owner uint32, t *Tally, rare uint8) {
+	if rare&rareUncounted != 0 {
+		if t != nil {
+			t.CountAlloc(int64(size), int64(foot))
+		}
+		sampleAsk(p, size, owner)
+		return
+	}
+	if rare&rarePeak != 0 {
 		t.SamplePeak()
 	}
-	if zero {
-		return h.handOutZeroed(slot, off, size, owner), footprint, smp, nil
+	if rare&rareTake != 0 {
+		if f := SampleHook; f != nil {
+			f(p, size, owner, true)
+		}
 	}
-	return h.handOut(slot, off, size, owner), footprint, smp, nil
+}
+
+// sampleAsk hands a block the hot paths did not count down to SampleHook
+// while the heap profile is on.
+func sampleAsk(p, size uintptr, owner uint32) {
+	if f := SampleHook; f != nil && memsample.On() {
+		f(p, size, owner, false)
+	}
 }
 
 // AllocGuarded serves an owner whose closing waits for its allocations in
@@ -327,11 +411,11 @@ func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tal
 // barrier for the counts of frees). ok false (no
 // barrier, a huge block, nothing cached for the size, a P without a cache
 // or shard yet) means nothing was done: the caller takes the general path
-// between Enter and Exit. refused: closed was set. smp is what the P's
-// heap-profile countdown decided (see Sample).
-func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, smp Sample, ok, refused bool) {
+// between Enter and Exit. refused: closed was set. A block the P's
+// heap-profile countdown takes goes to SampleHook (see Sample).
+func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
 	if !pcpu.HasBarrier {
-		return 0, 0, SampleAsk, false, false
+		return 0, 0, false, false
 	}
 	if align < minAlign {
 		align = minAlign
@@ -340,16 +424,16 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 		return h.allocSpanGuarded(size, align, owner, zero, t, closed)
 	}
 	if owner > maxOwner {
-		return 0, 0, SampleAsk, false, false
+		return 0, 0, false, false
 	}
 	off := offFor(align)
 	c := classFor(max(size, 1)+off, align)
 	if c < 0 {
-		return 0, 0, SampleAsk, false, false
+		return 0, 0, false, false
 	}
 	footprint = classSize[c]
 	var slot uintptr
-	sample := false
+	rare := uint8(0) // as in AllocSampled
 	pid := pcpu.Pin()
 	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
 		sh := ts[pid]
@@ -363,16 +447,8 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 			if slot = l.head; slot != 0 {
 				l.head = link(slot)
 				l.n--
-				_, sample, _ = t.countPinned(pid, true, int64(size), int64(footprint)) // pid has a shard
-				// The heap-profile countdown (see Sample), written out here: a
-				// function holding it would be over the inlining budget.
-				smp = SampleSkip
-				if g := memsample.Gen(); g != 0 {
-					sh.guard.Lock()
-					if sh.cd.Take(int64(size), g) {
-						smp = SampleTake
-					}
-					sh.guard.Unlock()
+				if _, trip := t.countHot(pid, int64(size), int64(footprint)); trip { // pid has a shard: sh
+					rare = sh.tripped(int64(size)) // the peak, or the heap profile is on
 				}
 			}
 			pc.guard.Unlock()
@@ -381,26 +457,28 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 	}
 	pcpu.Unpin()
 	if slot == 0 {
-		return 0, 0, SampleAsk, false, refused
-	}
-	if sample {
-		t.SamplePeak()
+		return 0, 0, false, refused
 	}
 	if zero {
-		return h.handOutZeroed(slot, off, size, owner), footprint, smp, true, false
+		p = h.handOutZeroed(slot, off, size, owner)
+	} else {
+		p = h.handOut(slot, off, size, owner)
 	}
-	return h.handOut(slot, off, size, owner), footprint, smp, true, false
+	if rare != 0 {
+		allocRare(p, size, footprint, owner, t, rare)
+	}
+	return p, footprint, true, false
 }
 
 // allocSpanGuarded is AllocGuarded for a medium block: a span of the P's
 // cache (see cacheSpan), taken in the one pinned section.
-func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, smp Sample, ok, refused bool) {
+func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
 	if size > maxMedium || align > maxMedium {
-		return 0, 0, SampleAsk, false, false
+		return 0, 0, false, false
 	}
 	foot := roundUp(size, pageSize)
 	var s *span
-	sample := false
+	rare := uint8(0)
 	pid := pcpu.Pin()
 	if cs, ts := *h.caches.Load(), *t.shards.Load(); pid < len(cs) && pid < len(ts) {
 		sh := ts[pid]
@@ -411,16 +489,8 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 			pc := cs[pid]
 			pc.guard.Lock()
 			if s = pc.takeSpan(foot/pageSize, align); s != nil {
-				_, sample, _ = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
-				// The heap-profile countdown (see Sample), written out here: a
-				// function holding it would be over the inlining budget.
-				smp = SampleSkip
-				if g := memsample.Gen(); g != 0 {
-					sh.guard.Lock()
-					if sh.cd.Take(int64(size), g) {
-						smp = SampleTake
-					}
-					sh.guard.Unlock()
+				if _, trip := t.countHot(pid, int64(size), int64(s.size+descSize)); trip {
+					rare = sh.tripped(int64(size)) // the peak, or the heap profile is on
 				}
 			}
 			pc.guard.Unlock()
@@ -429,17 +499,17 @@ func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t 
 	}
 	pcpu.Unpin()
 	if s == nil {
-		return 0, 0, SampleAsk, false, refused
-	}
-	if sample {
-		t.SamplePeak()
+		return 0, 0, false, refused
 	}
 	s.owner, s.req = owner, size
 	publish(&s.state, spanLarge)
 	if zero {
 		h.zeroBlock(s.base, size)
 	}
-	return s.base, s.size + descSize, smp, true, false
+	if rare != 0 {
+		allocRare(s.base, size, s.size+descSize, owner, t, rare)
+	}
+	return s.base, s.size + descSize, true, false
 }
 
 // handOut writes the header of a slot taken for a block and returns the

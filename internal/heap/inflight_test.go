@@ -96,7 +96,7 @@ func TestAllocGuarded(t *testing.T) {
 				require.NoError(t, err)
 				_, err = Free(p)
 				require.NoError(t, err)
-				q, foot, _, ok, refused := h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
+				q, foot, ok, refused := h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
 				require.False(t, refused)
 				if ok {
 					served = true
@@ -122,7 +122,7 @@ func TestAllocGuarded(t *testing.T) {
 
 			// Huge or not cached: nothing done, nothing counted.
 			for _, size := range []uintptr{tc.notCached, 4 << 20} {
-				_, _, _, ok, refused := h.AllocGuarded(size, 16, 7, false, tl, &closed)
+				_, _, ok, refused := h.AllocGuarded(size, 16, 7, false, tl, &closed)
 				require.False(t, ok || refused, "%d bytes", size)
 				require.Equal(t, before, tl.Sum())
 			}
@@ -134,7 +134,7 @@ func TestAllocGuarded(t *testing.T) {
 			refused := false
 			for i := 0; i < 10 && !refused; i++ {
 				var ok bool
-				_, _, _, ok, refused = h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
+				_, _, ok, refused = h.AllocGuarded(tc.size, 16, 7, false, tl, &closed)
 				require.False(t, ok)
 			}
 			require.True(t, refused, "closed set: the cached block is refused")
@@ -177,7 +177,7 @@ func TestAllocGuardedCloseIsFinal(t *testing.T) {
 					if i%4 == 1 {
 						size = 1 << 20 // a medium block: a cached span
 					}
-					p, _, _, ok, refused := h.AllocGuarded(size, 16, 8, false, tl, &closed)
+					p, _, ok, refused := h.AllocGuarded(size, 16, 8, false, tl, &closed)
 					if refused {
 						return
 					}

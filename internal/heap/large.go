@@ -376,7 +376,7 @@ func (h *Heap) cacheSpan(pid int, s *span, b Block, t *Tally) bool {
 		pc.spans[pc.nspans] = s
 		pc.nspans++
 		if !counted {
-			counted, _, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
+			counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
 		}
 	}
 	pc.guard.Unlock()
@@ -401,7 +401,7 @@ func (h *Heap) takeCachedSpan(n, align, size uintptr, t *Tally) *span {
 	s := pc.takeSpan(n, align)
 	counted, sample := t == nil, false
 	if s != nil && !counted {
-		counted, sample, _ = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
+		counted, sample = t.countPinned(pid, true, int64(size), int64(s.size+descSize))
 	}
 	pc.guard.Unlock()
 	pcpu.Unpin()

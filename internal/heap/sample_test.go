@@ -1,11 +1,13 @@
 package heap
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/memsample"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
 // TestAllocSampledCountdown: the hot path's countdown, kept in the tally
@@ -13,7 +15,8 @@ import (
 // samples on average, Poisson sd 32; every block at rate 1; none off), and
 // a new rate holds from the next allocation: a countdown drawn under a
 // rate of 1 TiB is redrawn, not run out first (SetRate bumps the gen).
-// Blocks the hot path did not count down say SampleAsk.
+// SampleHook gets the blocks the countdown takes (counted) and, while
+// profiling is on, those the hot path did not count down (a huge block).
 func TestAllocSampledCountdown(t *testing.T) {
 	h := newTestHeap(t)
 	const owner = 4243
@@ -23,23 +26,28 @@ func TestAllocSampledCountdown(t *testing.T) {
 	old := memsample.Rate()
 	t.Cleanup(func() { memsample.SetRate(old) })
 
-	// sampled allocates and frees n blocks of size and returns how many
-	// were sampled, as alloc decides: the countdown's SampleTake, or, for a
-	// block it did not count down (SampleAsk: a refill, when the goroutine
-	// moved to a P whose cache was empty), memsample's Tick. asked counts
-	// the latter.
-	var asked int
+	// hits counts the blocks sampled, as alloc's hook decides: the
+	// countdown's, or, for a block it did not count down (a refill, when
+	// the goroutine moved to a P whose cache was empty), memsample's Tick.
+	// asked counts the latter.
+	var hits, asked int
+	oldHook := SampleHook
+	t.Cleanup(func() { SampleHook = oldHook })
+	SampleHook = func(p, size uintptr, o uint32, counted bool) {
+		require.Equal(t, uint32(owner), o)
+		if !counted {
+			asked++
+			if !memsample.Tick(size) {
+				return
+			}
+		}
+		hits++
+	}
 	sampled := func(n int, size uintptr) int {
-		hits := 0
+		hits = 0
 		for range n {
-			p, _, smp, err := h.AllocSampled(size, 16, owner, false, tl)
+			p, _, err := h.AllocSampled(size, 16, owner, false, tl)
 			require.NoError(t, err)
-			if smp == SampleAsk {
-				asked++
-			}
-			if smp == SampleTake || smp == SampleAsk && memsample.On() && memsample.Tick(size) {
-				hits++
-			}
 			_, err = Free(p)
 			require.NoError(t, err)
 		}
@@ -50,6 +58,7 @@ func TestAllocSampledCountdown(t *testing.T) {
 
 	memsample.SetRate(0)
 	require.Zero(t, sampled(1000, 64))
+	require.Zero(t, asked, "off, the hook is not called")
 
 	memsample.SetRate(64 << 10)
 	const n = (64 << 20) / 64
@@ -61,10 +70,35 @@ func TestAllocSampledCountdown(t *testing.T) {
 	memsample.SetRate(1)
 	require.Equal(t, 1000, sampled(1000, 64))
 
-	// A huge block is not served by the hot path: the caller asks memsample.
-	p, _, smp, err := h.AllocSampled(3<<20, 16, owner, false, tl)
-	require.NoError(t, err)
-	require.Equal(t, SampleAsk, smp)
-	_, err = Free(p)
-	require.NoError(t, err)
+	// AllocGuarded (a runtime allocator's path) samples the same way.
+	if pcpu.HasBarrier {
+		var closed atomic.Bool
+		guarded := 0
+		for range 100 {
+			p, _, ok, _ := h.AllocGuarded(64, 16, owner, false, tl, &closed)
+			if ok {
+				guarded++
+				_, err := Free(p)
+				require.NoError(t, err)
+			}
+		}
+		hits0 := hits
+		require.NotZero(t, guarded)
+		hits = 0
+		for range guarded {
+			p, _, ok, _ := h.AllocGuarded(64, 16, owner, false, tl, &closed)
+			require.True(t, ok, "cached after the loop above")
+			_, err := Free(p)
+			require.NoError(t, err)
+		}
+		require.Equal(t, guarded, hits, "every block at rate 1")
+		hits = hits0
+	}
+
+	// A huge block is not served by the hot path: the hook asks memsample.
+	asked = 0
+	require.Equal(t, 1, sampled(1, 3<<20))
+	require.Equal(t, 1, asked)
+	memsample.SetRate(0)
+	require.Zero(t, sampled(1, 3<<20))
 }

@@ -266,7 +266,7 @@ func (h *Heap) freeSlot(pid, c int, slot uintptr, t *Tally, size, foot uintptr) 
 	pc.guard.Lock()
 	counted := t == nil
 	if !counted {
-		counted, _, _ = t.countPinned(pid, false, int64(size), int64(foot))
+		counted, _ = t.countPinned(pid, false, int64(size), int64(foot))
 	}
 	l := &pc.lists[c]
 	setLink(slot, l.head)

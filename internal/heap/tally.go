@@ -56,18 +56,18 @@ type tallyShard struct {
 	_  [128 - 7*8 - unsafe.Sizeof(memsample.Countdown{}) - unsafe.Sizeof(pcpu.Guard{})]byte
 }
 
-// Sample is what an allocation's countdown to the next heap-profile sample
-// (package memsample) decided. The hot paths count it down in the tally
-// shard they count the block in, under the pin they already hold: one
+// SampleHook, set once by alloc's init (before any allocation), records
+// blocks for the heap profile (package memsample). The hot paths
+// (AllocSampled, AllocGuarded) count each block down to the next sample in
+// the tally shard they count it in, under the pin they already hold (one
 // load while profiling is off, a subtract and two compares while it is on,
-// where a Tick of its own would pin the P a second time.
-type Sample uint8
-
-const (
-	SampleAsk  Sample = iota // not counted down here: ask memsample (On, Tick)
-	SampleSkip               // counted down (or profiling off): not sampled
-	SampleTake               // counted down: sample it
-)
+// where a Tick of its own would pin the P a second time), and call it,
+// after the pinned section, only for a block the countdown takes (counted
+// true) or, while profiling is on, one they did not count down (counted
+// false: a refill, a huge block; the hook asks memsample's Tick). Their
+// callers test nothing: profiling off costs the hot paths one load and a
+// branch that is never taken.
+var SampleHook func(p, size uintptr, owner uint32, counted bool)
 
 // PeakStep is how much a P's live bytes grow between two samples of the
 // peak.
@@ -97,16 +97,14 @@ func NewTally() *Tally {
 // countPinned counts an allocation or a free on P pid; the caller is pinned
 // to it. It reports false when the P
 // has no shard yet (GOMAXPROCS grew): the caller then counts with Count,
-// unpinned. sample says the peak should be sampled (after unpinning). sh
-// is the P's shard (when ok), for the hot paths' heap-profile countdown
-// (see Sample): kept out of here, so that this stays small enough to
-// inline.
-func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample bool, sh *tallyShard) {
+// unpinned. sample says the peak should be sampled (after unpinning). The
+// hot paths count with countHot instead.
+func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample bool) {
 	s := *t.shards.Load()
 	if pid >= len(s) {
-		return false, false, nil
+		return false, false
 	}
-	sh = s[pid]
+	sh := s[pid]
 	sh.guard.Lock()
 	if alloc {
 		sh.allocs++
@@ -122,13 +120,64 @@ func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample 
 		sh.foot -= foot
 	}
 	sh.guard.Unlock()
-	return true, sample, sh
+	return true, sample
+}
+
+// What the hot paths leave to allocRare, after their pinned section (0:
+// nothing, the common case: one variable live across the unpin).
+const (
+	rareUncounted uint8 = 1 << iota // not counted in the pinned section
+	rarePeak                        // the peak is to be sampled
+	rareTake                        // the heap profile samples the block
+)
+
+// countHot is countPinned of an allocation on the hot paths (AllocSampled,
+// AllocGuarded), which count it down to the next heap-profile sample too.
+// sh is the P's shard (nil: none yet, count with CountAlloc). trip says the
+// live bytes passed the mark by PeakStep (the peak is to be sampled) or the
+// heap profile is on (memsample.Bias): the caller, still pinned, does what
+// tripped does. Sampling off, that is the compare countPinned makes anyway,
+// against one more load.
+func (t *Tally) countHot(pid int, bytes, foot int64) (sh *tallyShard, trip bool) {
+	s := *t.shards.Load()
+	if pid >= len(s) {
+		return nil, false
+	}
+	sh = s[pid]
+	sh.guard.Lock()
+	sh.allocs++
+	sh.bytes += bytes
+	sh.foot += foot
+	trip = sh.bytes > sh.mark+PeakStep+memsample.Bias()
+	sh.guard.Unlock()
+	return sh, trip
+}
+
+// tripped follows countHot's trip, pinned to the shard's P: rarePeak when
+// the peak is to be sampled, rareTake when the heap profile samples this
+// allocation of size bytes. AllocSampled writes it out: while profiling it
+// runs at every allocation, and a call there cost the default allocator's
+// 64 B pair 22 instructions more (cachegrind); AllocGuarded calls it, which
+// kept its pair with profiling off at the 515 it was (written out: 518).
+//
+//go:noinline
+func (sh *tallyShard) tripped(size int64) (rare uint8) {
+	sh.guard.Lock()
+	if sh.bytes > sh.mark+PeakStep {
+		sh.mark = sh.bytes
+		rare |= rarePeak
+	}
+	if g := memsample.Gen(); g != 0 && sh.cd.Take(size, g) {
+		rare |= rareTake
+	}
+	sh.guard.Unlock()
+	return rare
 }
 
 // count counts an allocation or a free from unpinned code.
 func (t *Tally) count(alloc bool, bytes, foot int64) {
 	for {
-		ok, sample, _ := t.countPinned(pcpu.Pin(), alloc, bytes, foot)
+		ok, sample := t.countPinned(pcpu.Pin(), alloc, bytes, foot)
 		pcpu.Unpin()
 		if ok {
 			if sample {

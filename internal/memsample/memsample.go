@@ -32,7 +32,19 @@ var (
 	rate  atomic.Int64 // mean bytes between samples; 0 off
 	live  atomic.Int64 // sampled blocks not yet freed: Forget's callers ask
 	epoch atomic.Int64 // bumped by SetRate
+	// bias is 0 while sampling is off and hugely negative while it is on
+	// (stored after gen): the heap's hot paths add it to the live-bytes
+	// mark they compare against for their peak samples, so that one
+	// compare, whose branch they already had, also tells them to count
+	// down to the next profile sample, and sampling off costs them one
+	// load (see heap.SampleHook).
+	bias atomic.Int64
 )
+
+// Bias returns 0 while sampling is off and math.MinInt64/4 while it is on:
+// x > mark+Bias() holds for every x and mark a program can count to while
+// it is on (both within ±2^60).
+func Bias() int64 { return bias.Load() }
 
 // On reports whether sampling is on (a plain load on amd64 and arm64).
 func On() bool { return gen.Load() != 0 }
@@ -60,6 +72,11 @@ func SetRate(n int) {
 		e = 0
 	}
 	gen.Store(e)
+	if e == 0 {
+		bias.Store(0)
+	} else {
+		bias.Store(math.MinInt64 / 4) // after gen: whoever sees it sees the gen
+	}
 }
 
 // Countdown is one stream's distance to its next sample. Its owner keeps

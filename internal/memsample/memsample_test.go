@@ -55,3 +55,17 @@ func TestRecordForget(t *testing.T) {
 	}
 	require.True(t, found)
 }
+
+// Bias is what the heap's hot paths add to their peak compare: 0 while
+// sampling is off (the compare is the peak's alone), and so negative while
+// it is on that the compare holds at every allocation.
+func TestBiasFollowsTheRate(t *testing.T) {
+	old := Rate()
+	t.Cleanup(func() { SetRate(old) })
+	SetRate(0)
+	require.Zero(t, Bias())
+	SetRate(512 << 10)
+	require.True(t, int64(-1<<50) > int64(1<<50)+Bias(), "any live bytes pass any mark")
+	SetRate(0)
+	require.Zero(t, Bias())
+}

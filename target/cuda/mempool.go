@@ -183,7 +183,10 @@ func (mp *memPool) queueStream(q plugin.QueueImpl, what string) (*Queue, uintptr
 }
 
 // Alloc is cuMemAllocFromPoolAsync on q's stream; without q on the pool's
-// allocation stream, synchronized before returning.
+// allocation stream, synchronized before returning. The driver may reuse a
+// block freed on a busy stream by making ours wait for it
+// (CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, on by default): the
+// synchronization then waits for that work, which keeps the rule.
 func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 	if n == 0 {
 		return 0, fmt.Errorf("%v: pool alloc of 0 bytes: %w", mp.d, ErrInvalid)

@@ -146,3 +146,43 @@ func TestNoPlumbingExported(t *testing.T) {
 	require.Contains(t, testOnly, "scripts/gpucheck")
 	require.Contains(t, testOnly, "bench/alloc/scripttest")
 }
+
+// TestDocShowsPoolKeepValues: go doc prints a constant's declaration as
+// written, so PoolKeepChunks and PoolKeepHuge are declared with their
+// numbers, not another constant's name (go doc printed "PoolKeepChunks =
+// pinnedKeepChunks": a user checking VmLck after a free could not see
+// how much stays locked).
+func TestDocShowsPoolKeepValues(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "alloc", "*.go"))
+	require.NoError(t, err)
+	found := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, decl := range af.Decls {
+			g, ok := decl.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if n.Name != "PoolKeepChunks" && n.Name != "PoolKeepHuge" {
+						continue
+					}
+					require.Less(t, i, len(vs.Values), "%s has its own value", n.Name)
+					found[n.Name] = true
+					ast.Inspect(vs.Values[i], func(x ast.Node) bool {
+						_, isIdent := x.(*ast.Ident)
+						require.False(t, isIdent, "%s is declared through a name, which go doc prints instead of its value", n.Name)
+						return true
+					})
+				}
+			}
+		}
+	}
+	require.Len(t, found, 2, "both constants found")
+}

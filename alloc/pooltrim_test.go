@@ -3,6 +3,7 @@ package alloc
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -17,20 +18,32 @@ import (
 )
 
 // TestTrimOnePoolFakeDriver runs TestTrimOnePoolChild in a child process
-// with a fake CUDA device beside the host, so that two pinned pools exist:
-// the host's (mlock: VmLck) and the GPU's (cuMemHostRegister of the fake,
-// which locks nothing the kernel counts).
+// with a fake GPU beside the host, once with the fake CUDA driver and once
+// with the fake HSA one, so that two pinned pools exist: the host's (mlock:
+// VmLck) and the GPU's (cuMemHostRegister or hsa_amd_memory_lock of the
+// fake, which locks nothing the kernel counts).
 func TestTrimOnePoolFakeDriver(t *testing.T) {
 	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "" {
 		t.Skip("in the child")
 	}
-	cudaLib := fakedrv.Build(t, "fakecuda")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTrimOnePoolChild$", "-test.v", "-test.count=1", "-test.timeout=120s")
-	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=trimpool",
-		"OMPALLOC_CUDA_LIBRARY="+cudaLib, "FAKECUDA_DEVICES=1", "OMPALLOC_DISABLE_HSA=1")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "--- PASS: TestTrimOnePoolChild", "%s", out)
+	for _, c := range []struct{ name, fake string }{
+		{"cuda", "fakecuda"},
+		{"amdgpu", "fakehsa"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lib := fakedrv.Build(t, c.fake)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestTrimOnePoolChild$", "-test.v", "-test.count=1", "-test.timeout=120s")
+			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=trimpool", "OMPALLOC_TRIMPOOL_PLUGIN="+c.name)
+			if c.name == "cuda" {
+				cmd.Env = append(cmd.Env, "OMPALLOC_CUDA_LIBRARY="+lib, "FAKECUDA_DEVICES=1", "OMPALLOC_DISABLE_HSA=1")
+			} else {
+				cmd.Env = append(cmd.Env, "OMPALLOC_HSA_LIBRARY="+lib, "FAKEHSA_GPUS=1", "OMPALLOC_DISABLE_CUDA=1")
+			}
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "--- PASS: TestTrimOnePoolChild", "%s", out)
+		})
+	}
 }
 
 // Trimming one pool (TrimPinnedPool of a device, or TrimSharedPool of an
@@ -44,21 +57,38 @@ func TestTrimOnePoolChild(t *testing.T) {
 	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "trimpool" {
 		t.Skip("run by TestTrimOnePoolFakeDriver")
 	}
+	plug := os.Getenv("OMPALLOC_TRIMPOOL_PLUGIN")
 	var gpu *target.Device
 	for _, d := range target.Devices() {
-		if d.Plugin() == "cuda" {
+		if d.Plugin() == plug {
 			gpu = d
 		}
 	}
-	require.NotNil(t, gpu, "the fake CUDA device")
+	require.NotNil(t, gpu, "the fake %s device", plug)
 	host, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	vm0 := vmLckKiB(t)
-	l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
-	require.NoError(t, err)
-	live, err := l.Sym("fakecuda_live")
-	require.NoError(t, err)
-	registered := func() int { return int(int32(dlcall.Call(live, 3))) }
+	// registered counts the fake driver's live registrations (CUDA) or
+	// locks (HSA) of host memory: the GPU pool's chunks.
+	var registered func() int
+	if plug == "cuda" {
+		l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
+		require.NoError(t, err)
+		live, err := l.Sym("fakecuda_live")
+		require.NoError(t, err)
+		registered = func() int { return int(int32(dlcall.Call(live, 3))) }
+	} else {
+		l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
+		require.NoError(t, err)
+		count, err := l.Sym("fakehsa_count")
+		require.NoError(t, err)
+		what := append([]byte("locks"), 0)
+		registered = func() int {
+			n := int(int64(dlcall.Call(count, uintptr(unsafe.Pointer(&what[0])))))
+			runtime.KeepAlive(what)
+			return n
+		}
+	}
 
 	newPinned := func(dev int) *Allocator {
 		a, err := New(memspace.Default, WithPinned(true), WithPinDevice(dev), WithFallback(traits.NullFb))

@@ -311,7 +311,7 @@ func tensorEvents(t *testing.T, a, b *Device) {
 
 // tensorPin pins Go heap slices for one GPU of each vendor and for all of
 // them; copies from the pinned slice take the one-step pinned path, and
-// IsPinned sees a lock made behind ompalloc's back through the driver.
+// IsPinned sees a lock made behind ompalloc's back through either driver.
 func tensorPin(t *testing.T) {
 	xs := make([]float32, 1<<18) // 1 MiB
 	for i := range xs {
@@ -368,4 +368,26 @@ func tensorPin(t *testing.T) {
 	require.True(t, IsPinned(ys), "the driver's pointer info says locked")
 	require.Zero(t, dlcall.Call(unlock, uintptr(unsafe.Pointer(&ys[0]))))
 	require.False(t, IsPinned(ys))
+
+	// Registered behind ompalloc's back with cuMemHostRegister, in the
+	// device's primary context made current on this thread, as a CUDA
+	// library the program also uses would: the driver's pointer attributes
+	// say pinned.
+	zs := make([]byte, 1<<16)
+	cudaLib := os.Getenv("OMPALLOC_CUDA_LIBRARY")
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ctx uintptr
+	require.Zero(t, dlcall.Call(hook(t, cudaLib, "cuDevicePrimaryCtxRetain"), uintptr(unsafe.Pointer(&ctx)), 0))
+	defer func() { require.Zero(t, dlcall.Call(hook(t, cudaLib, "cuDevicePrimaryCtxRelease_v2"), 0)) }()
+	setCurrent := hook(t, cudaLib, "cuCtxSetCurrent")
+	require.Zero(t, dlcall.Call(setCurrent, ctx))
+	defer dlcall.Call(setCurrent, 0)
+	require.False(t, IsPinned(zs))
+	require.Zero(t, dlcall.Call(hook(t, cudaLib, "cuMemHostRegister_v2"), uintptr(unsafe.Pointer(&zs[0])), uintptr(len(zs)), 0))
+	require.True(t, IsPinned(zs), "the CUDA driver's pointer attributes say registered")
+	require.True(t, IsPinned(zs[4096:8192]), "a part of the registered range")
+	require.Zero(t, dlcall.Call(hook(t, cudaLib, "cuMemHostUnregister"), uintptr(unsafe.Pointer(&zs[0]))))
+	require.False(t, IsPinned(zs))
+	runtime.KeepAlive(zs)
 }

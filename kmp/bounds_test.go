@@ -67,13 +67,13 @@ func TestTargetMemcpyInsideBlock(t *testing.T) {
 	}
 }
 
-// Issue 23, item 8: omp_target_memcpy (and omp_target_memset) on memory the runtime does not know
+// Issue 23, item 8: omp_target_memcpy (and omp_target_memcpy_rect, omp_target_memset) on memory the runtime does not know
 // cannot be bound-checked, and a copy running off the mapping (or at an
 // offset far past it) ended in "fatal error: fault". It gives -1 and one
 // warning now. In a child: before the fix it took the process down.
 func TestTargetMemcpyForeignFaultIsAnError(t *testing.T) {
 	out := runChild(t, "foreign-memcpy")
-	require.Contains(t, out, "foreign copies refused: 5")
+	require.Contains(t, out, "foreign copies refused: 6")
 }
 
 func foreignMemcpyChild(t *testing.T) {
@@ -101,9 +101,21 @@ func foreignMemcpyChild(t *testing.T) {
 		require.Contains(t, w[0], "bad address")
 		refused++
 	}
+	// omp_target_memcpy_rect whose rows reach the page it may not touch:
+	// its rows take the same checked host copy.
+	var rc int
+	w := targetWarnings(t, func() {
+		rc = TargetMemcpyRect(other, m, 1, 2, []uintptr{2, 64}, []uintptr{0, 0}, []uintptr{0, 0},
+			[]uintptr{2, pg}, []uintptr{2, pg}, host, host)
+	})
+	require.Equal(t, -1, rc, "rect")
+	require.Len(t, w, 1, "rect: %q", w)
+	require.Contains(t, w[0], "omp_target_memcpy_rect")
+	require.Contains(t, w[0], "bad address")
+	refused++
 	// omp_target_memset into the page it may not touch: nil and one warning.
 	var got unsafe.Pointer
-	w := targetWarnings(t, func() { got = TargetMemset(add(m, pg-8), 0, 64, host) })
+	w = targetWarnings(t, func() { got = TargetMemset(add(m, pg-8), 0, 64, host) })
 	require.Nil(t, got)
 	require.Len(t, w, 1, "%q", w)
 	require.Contains(t, w[0], "omp_target_memset")

@@ -67,13 +67,13 @@ func TestTargetMemcpyInsideBlock(t *testing.T) {
 	}
 }
 
-// Issue 23, item 8: omp_target_memcpy (and omp_target_memcpy_rect, omp_target_memset) on memory the runtime does not know
+// Issue 23, item 8: omp_target_memcpy (and its _rect and _async forms, omp_target_memset) on memory the runtime does not know
 // cannot be bound-checked, and a copy running off the mapping (or at an
 // offset far past it) ended in "fatal error: fault". It gives -1 and one
 // warning now. In a child: before the fix it took the process down.
 func TestTargetMemcpyForeignFaultIsAnError(t *testing.T) {
 	out := runChild(t, "foreign-memcpy")
-	require.Contains(t, out, "foreign copies refused: 6")
+	require.Contains(t, out, "foreign copies refused: 7")
 }
 
 func foreignMemcpyChild(t *testing.T) {
@@ -111,6 +111,13 @@ func foreignMemcpyChild(t *testing.T) {
 	require.Equal(t, -1, rc, "rect")
 	require.Len(t, w, 1, "rect: %q", w)
 	require.Contains(t, w[0], "omp_target_memcpy_rect")
+	require.Contains(t, w[0], "bad address")
+	refused++
+	// omp_target_memcpy_async: the task fails (-1, one warning).
+	w = targetWarnings(t, func() { rc = TargetMemcpyAsync(other, m, 2*pg, 0, 0, host, host).Wait() })
+	require.Equal(t, -1, rc, "async")
+	require.Len(t, w, 1, "async: %q", w)
+	require.Contains(t, w[0], "omp_target_memcpy_async")
 	require.Contains(t, w[0], "bad address")
 	refused++
 	// omp_target_memset into the page it may not touch: nil and one warning.

@@ -100,15 +100,12 @@ func TestPinMessageChild(t *testing.T) {
 // pinned-memory limit of 65536 bytes (65536 pinned)"). TestDockerMemlock64KiB
 // has the kernel's limit.
 func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
-	for _, tc := range []struct {
-		limit uintptr
-		fits  bool
-	}{{128 << 10, true}, {64 << 10, true}} {
-		t.Run(itoa(tc.limit), func(t *testing.T) {
+	for _, limit := range []uintptr{128 << 10, 64 << 10} {
+		t.Run(itoa(limit), func(t *testing.T) {
 			Trim()
 			_, used := PinnedLimit()
 			require.Zero(t, used, "no pinned chunk cached")
-			old := SetPinnedLimit(tc.limit)
+			old := SetPinnedLimit(limit)
 			t.Cleanup(func() { SetPinnedLimit(old); Trim() })
 			a := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
 			var ps []unsafe.Pointer
@@ -124,16 +121,9 @@ func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
 				ps = append(ps, p)
 			}
 			p, err := a.Alloc(16000)
-			if tc.fits {
-				require.NoError(t, err, "a 16,000-byte block fits in what the limit leaves")
-				require.True(t, isPinned(t, p))
-				ps = append(ps, p)
-			} else {
-				require.ErrorIs(t, err, ErrPinFailed)
-				require.NotErrorIs(t, err, ErrOutOfMemory, "issue 22: a refused lock is not a lack of memory")
-				require.NotContains(t, err.Error(), "4194304", "refused for the page it needs, not a chunk")
-				require.ErrorContains(t, err, "65536 more bytes would exceed the pinned-memory limit of 65536 bytes (65536 pinned)")
-			}
+			require.NoError(t, err, "a 16,000-byte block fits in what the limit leaves")
+			require.True(t, isPinned(t, p))
+			ps = append(ps, p)
 			// The rest of the first page still serves 1000-byte blocks.
 			for range 40 {
 				p, err := a.Alloc(1000)
@@ -141,7 +131,7 @@ func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
 				ps = append(ps, p)
 			}
 			_, used = PinnedLimit()
-			require.LessOrEqual(t, used, tc.limit)
+			require.LessOrEqual(t, used, limit)
 		})
 	}
 }

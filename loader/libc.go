@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -139,6 +140,12 @@ func (c *LibC) trim(p, n uintptr) error {
 // undoMap unmaps what is left, [p, end), of a mapping whose trim failed
 // with err.
 func (c *LibC) undoMap(p, end uintptr, err error) error {
+	if runtime.GOOS == "linux" && errors.Is(err, syscall.ENOMEM) {
+		// munmap(2): ENOMEM only where the split would pass the process's
+		// limit on mappings. Say which limit and how to raise it; reading
+		// its value would need memory a new mapping may have to provide.
+		err = fmt.Errorf("%w: vm.max_map_count reached (the trim would split a mapping); raise it with `sysctl -w vm.max_map_count=`", err)
+	}
 	if uerr := c.unmapOwn(p, end-p); uerr != nil {
 		return fmt.Errorf("aligning a %d-byte mapping: %w; undoing it: %w", end-p, err, uerr)
 	}

@@ -35,6 +35,8 @@ func TestMapAlignedFailedTrimLeavesNothingMapped(t *testing.T) {
 			continue
 		}
 		require.True(t, errors.Is(err, syscall.ENOMEM), "the trim's errno stays in the error: %v", err)
+		require.ErrorContains(t, err, "vm.max_map_count reached", "the limit that made munmap refuse is named")
+		require.ErrorContains(t, err, "sysctl -w vm.max_map_count=", "and how to raise it")
 		require.Equal(t, 1, fault.Fired(fault.MapTrim))
 		require.NotZero(t, raw)
 		// What MapAligned unmapped, not what mincore sees afterwards: once

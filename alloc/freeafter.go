@@ -107,6 +107,7 @@ func markDeferred(p unsafe.Pointer) bool {
 		return false
 	}
 	deferred[uintptr(p)] = struct{}{}
+	hooks.FreeChecks.Add(1) // before the count: see FreeChecks
 	deferredFrees.Add(1)
 	return true
 }
@@ -117,6 +118,7 @@ func unmarkDeferred(p unsafe.Pointer) {
 	if _, ok := deferred[uintptr(p)]; ok {
 		delete(deferred, uintptr(p))
 		deferredFrees.Add(-1)
+		hooks.FreeChecks.Add(-1)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/hooks"
 )
 
 // LeakCheckEnv turns leak-check mode on when set to 1: every block
@@ -29,11 +31,23 @@ type leakRecord struct {
 	stack []uintptr
 }
 
-func init() { leakCheck.Store(os.Getenv(LeakCheckEnv) == "1") }
+func init() { SetLeakCheck(os.Getenv(LeakCheckEnv) == "1") }
 
 // SetLeakCheck turns leak-check mode on or off and returns the previous
 // setting. Blocks allocated while it was off have no recorded stack.
-func SetLeakCheck(on bool) (was bool) { return leakCheck.Swap(on) }
+func SetLeakCheck(on bool) (was bool) {
+	leakMu.Lock()
+	defer leakMu.Unlock()
+	if on {
+		hooks.FreeChecks.Add(1) // one of free's reasons (FreeChecks), before it holds
+	}
+	if was = leakCheck.Swap(on); was {
+		hooks.FreeChecks.Add(-1) // the reason it held until now
+	}
+	return was
+}
+
+var leakMu sync.Mutex // orders SetLeakCheck's calls
 
 // LeakCheck reports whether leak-check mode is on.
 func LeakCheck() bool { return leakCheck.Load() }

@@ -298,19 +298,12 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	if p == nil {
 		return nil
 	}
-	if mayDefer && (deferredFrees.Load() > 0 || hooks.HostUses.Load() > 0) {
-		// A queued copy may still read or write the block (FreeAfter).
-		if deferred, err := freeAfterUse(p); deferred || err != nil {
+	// One load for the reasons to look further (hooks.FreeChecks: deferred
+	// frees, leak check, sampled blocks), one for queued copies.
+	if hooks.FreeChecks.Load() != 0 || mayDefer && hooks.HostUses.Load() > 0 {
+		if done, err := freeChecks(p, mayDefer); done {
 			return err
 		}
-	}
-	if leakCheck.Load() {
-		// Before the block is freed: once it is, another goroutine may get
-		// the same address and record its own stack.
-		leakForget(p)
-	}
-	if memsample.Tracking() { // sampled blocks live: one load otherwise
-		memsample.Forget(uintptr(p))
 	}
 	b, t, err := heap.FreeCounted(uintptr(p))
 	if err != nil {
@@ -343,6 +336,27 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 		a.release()
 	}
 	return nil
+}
+
+// freeChecks is what free does before the heap frees p when one of
+// hooks.FreeChecks' reasons holds or a queued copy uses host memory. done:
+// free returns err without freeing (a deferred free, or an error).
+func freeChecks(p unsafe.Pointer, mayDefer bool) (done bool, err error) {
+	if mayDefer && (deferredFrees.Load() > 0 || hooks.HostUses.Load() > 0) {
+		// A queued copy may still read or write the block (FreeAfter).
+		if deferred, err := freeAfterUse(p); deferred || err != nil {
+			return true, err
+		}
+	}
+	if leakCheck.Load() {
+		// Before the block is freed: once it is, another goroutine may get
+		// the same address and record its own stack.
+		leakForget(p)
+	}
+	if memsample.Tracking() {
+		memsample.Forget(uintptr(p))
+	}
+	return false, nil
 }
 
 // freedHook, set by tests only, runs in free between the heap's count-out

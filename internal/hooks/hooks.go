@@ -37,6 +37,14 @@ var (
 	DeviceImpl func(dev int) any
 )
 
+// FreeChecks counts the reasons alloc's free must look beyond the heap,
+// other than HostUses: frees waiting for a queue (FreeAfter), leak-check
+// mode, sampled blocks of the heap profile still live (memsample). Each
+// reason adds 1 before it holds and takes it back once it stopped, so that
+// a free that follows the start of any of them sees it: one atomic load for
+// all of them on every free.
+var FreeChecks atomic.Int64
+
 // HostUses counts the pending host ranges of all target queues: while it
 // is 0, a free need not ask FreeAfterUse (one atomic load on every free).
 var HostUses atomic.Int64

@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
 
@@ -248,6 +249,7 @@ func Record(p, size uintptr, l Labels, skip int) {
 		old.b.FreeBytes += old.size
 		slot(p).Add(-1)
 		live.Add(-1)
+		hooks.FreeChecks.Add(-1)
 	}
 	b := buckets[k]
 	if b == nil {
@@ -256,6 +258,7 @@ func Record(p, size uintptr, l Labels, skip int) {
 	}
 	b.Allocs++
 	b.AllocBytes += int64(size)
+	hooks.FreeChecks.Add(1) // free must Forget it (see hooks.FreeChecks); before the block is live
 	blocks[p] = liveBlock{b, int64(size)}
 	slot(p).Add(1)
 	live.Add(1)
@@ -275,6 +278,7 @@ func Forget(p uintptr) {
 		lb.b.FreeBytes += lb.size
 		slot(p).Add(-1)
 		live.Add(-1)
+		hooks.FreeChecks.Add(-1)
 	}
 }
 

@@ -1,0 +1,179 @@
+// Command pair runs one allocation case of bench/icount for N operations,
+// so that valgrind's cachegrind, run at two N, gives the instructions one
+// operation costs: (I(N2)-I(N1))/(N2-N1), start-up and set-up dropping out.
+// With -time it runs the case natively instead and prints the nanoseconds
+// one operation took (the least of -runs runs of N), for the CPU-time
+// figures beside the counts.
+//
+// Usage: pair -case NAME -n N [-time -runs R] [-regions K]
+//
+// Cases (one operation each):
+//
+//	default-64    omp_alloc(64, omp_default_mem_alloc) + omp_free
+//	align64-64    the same on an omp_init_allocator allocator with alignment 64
+//	default-4MiB  omp_alloc(4 MiB, omp_default_mem_alloc) + omp_free
+//	pinned-64MiB  64 MiB on an allocator with pinned=true (null_fb: a failed pin fails the run)
+//	lock-hit      the host device's LockMem + UnlockMem (llvm_omp_target_lock_mem's engine) of a
+//	              sub-range of one of K locked regions: a registry hit, no mlock
+//
+// Every case runs a warm-up of its own before the N operations, so that
+// both runs of a count start from the same caches. The exit status is 1
+// when an operation fails (a nil block), 2 for bad arguments.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/kmp"
+	"github.com/ompalloc/ompalloc/target"
+)
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+// warm is the operations each case runs before the measured ones.
+const warm = 1000
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("pair", flag.ContinueOnError)
+	name := fs.String("case", "default-64", "the case to run (see the package doc)")
+	n := fs.Int("n", 100000, "operations to run")
+	timed := fs.Bool("time", false, "time the operations natively and print ns per operation")
+	runs := fs.Int("runs", 5, "with -time: runs of n operations; the least is printed")
+	regions := fs.Int("regions", 10000, "lock-hit: regions locked")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *n < 1 || *runs < 1 || *regions < 1 {
+		fmt.Fprintf(os.Stderr, "pair: -n, -runs and -regions must be at least 1\n")
+		return 2
+	}
+	c, err := newCase(*name, *regions)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pair: %v\n", err)
+		return 2
+	}
+	defer c.done()
+	runtime.LockOSThread()
+	if err := c.op(warm); err != nil {
+		fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+		return 1
+	}
+	if !*timed {
+		if err := c.op(*n); err != nil {
+			fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+			return 1
+		}
+		return 0
+	}
+	best := time.Duration(1<<63 - 1)
+	for range *runs {
+		t0 := time.Now()
+		if err := c.op(*n); err != nil {
+			fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+			return 1
+		}
+		best = min(best, time.Since(t0))
+	}
+	fmt.Printf("%s %.2f\n", *name, float64(best.Nanoseconds())/float64(*n))
+	return 0
+}
+
+// benchCase is a case's operation loop and its clean-up.
+type benchCase struct {
+	op   func(n int) error
+	done func()
+}
+
+func pairLoop(size uintptr, a kmp.AllocatorHandle) func(int) error {
+	return func(n int) error {
+		for range n {
+			p := kmp.Alloc(size, a)
+			if p == nil {
+				return fmt.Errorf("omp_alloc(%d) returned nil", size)
+			}
+			kmp.Free(p, a)
+		}
+		return nil
+	}
+}
+
+func newCase(name string, regions int) (*benchCase, error) {
+	nothing := func() {}
+	switch name {
+	case "default-64":
+		return &benchCase{pairLoop(64, kmp.DefaultMemAlloc), nothing}, nil
+	case "default-4MiB":
+		return &benchCase{pairLoop(4<<20, kmp.DefaultMemAlloc), nothing}, nil
+	case "align64-64":
+		a := kmp.InitAllocator(kmp.DefaultMemSpace, []kmp.AllocTrait{{Key: kmp.AtkAlignment, Value: 64}})
+		if a == kmp.NullAllocator {
+			return nil, fmt.Errorf("omp_init_allocator(alignment=64) failed")
+		}
+		return &benchCase{pairLoop(64, a), func() { kmp.DestroyAllocator(a) }}, nil
+	case "pinned-64MiB":
+		a := kmp.InitAllocator(kmp.DefaultMemSpace, []kmp.AllocTrait{
+			{Key: kmp.AtkPinned, Value: kmp.AtvTrue}, {Key: kmp.AtkFallback, Value: kmp.AtvNullFb}})
+		if a == kmp.NullAllocator {
+			return nil, fmt.Errorf("omp_init_allocator(pinned=true) failed")
+		}
+		return &benchCase{pairLoop(64<<20, a), func() { kmp.DestroyAllocator(a) }}, nil
+	case "lock-hit":
+		return lockCase(regions)
+	}
+	return nil, fmt.Errorf("unknown case %q (default-64, align64-64, default-4MiB, pinned-64MiB, lock-hit)", name)
+}
+
+// regionBytes is the size of each locked region of lock-hit; regions share
+// pages, so 10,000 of them lock a few hundred KiB.
+const regionBytes = 32
+
+// lockCase locks regions ranges of 32 B on the host device and then, per
+// operation, locks and unlocks 16 B inside one of them picked by xorshift32
+// (the registry's hit: a reference more and less, no mlock), through the
+// device's LockMem and UnlockMem as `ompalloc bench`'s lock_regions does.
+func lockCase(regions int) (*benchCase, error) {
+	d, err := target.Get(target.InitialDevice())
+	if err != nil {
+		return nil, fmt.Errorf("lock-hit: %w", err)
+	}
+	size := uintptr(regions) * regionBytes
+	buf := uintptr(kmp.Alloc(size, kmp.DefaultMemAlloc))
+	if buf == 0 {
+		return nil, fmt.Errorf("lock-hit: cannot allocate %d bytes for the regions", size)
+	}
+	locked := 0
+	done := func() {
+		for i := range locked {
+			_ = d.UnlockMem(buf + uintptr(i)*regionBytes)
+		}
+		kmp.Free(cmem.Ptr(buf), kmp.DefaultMemAlloc)
+	}
+	for ; locked < regions; locked++ {
+		if _, err := d.LockMem(buf+uintptr(locked)*regionBytes, regionBytes); err != nil {
+			done()
+			return nil, fmt.Errorf("lock-hit: locking region %d of %d: %w", locked+1, regions, err)
+		}
+	}
+	x := uint32(2463534242)
+	op := func(n int) error {
+		for range n {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			p := buf + uintptr(uint64(x)*uint64(regions)>>32)*regionBytes + 8
+			if _, err := d.LockMem(p, 16); err != nil {
+				return err
+			}
+			if err := d.UnlockMem(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return &benchCase{op, done}, nil
+}

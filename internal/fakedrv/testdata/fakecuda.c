@@ -118,6 +118,9 @@
  *                                          its allocation or after its free
  *                                          completed on the device
  *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
+ *   long fakecuda_used(int dev)            bytes of dev's memory in use: cuMemAlloc
+ *                                          blocks and what its pools reserved
+ *                                          (-1: no such device)
  *   int  fakecuda_peer_enabled(int a, int b) whether a's context may access b's
  *   void fakecuda_gate(const char *name, int closed) closes (1) or opens (0) a
  *                                          gate in front of API name (without
@@ -484,6 +487,13 @@ API long fakecuda_calls(const char *name) {
 API int fakecuda_ctx_refs(int dev) {
 	pthread_mutex_lock(&g_mu);
 	int n = dev >= 0 && dev < g_ndev ? g_ctx[dev].refs : -1;
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+API long fakecuda_used(int dev) {
+	pthread_mutex_lock(&g_mu);
+	long n = dev >= 0 && dev < g_ndev ? (long)g_used[dev] : -1;
 	pthread_mutex_unlock(&g_mu);
 	return n;
 }

@@ -99,7 +99,9 @@
  *                           unless HSA_USE_SVM=0)
  *
  * Test hooks (not in the real library): int64_t fakehsa_count(const char *what)
- * with what = "signals" (live), "allocs", "alloc_calls" (successful
+ * with what = "signals" (live), "allocs", "gpu_allocs" (those from a GPU
+ * agent's pools), "vram_used:N" (bytes allocated from GPU N's coarse-grained
+ * pool, N counted from 0), "alloc_calls" (successful
  * hsa_amd_memory_pool_allocate calls), "locks", "pending" (copies not yet
  * performed), "copies" (performed), "due" (copies not started whose delay
  * has passed: they wait for their dependencies or the "copy" gate only),
@@ -1273,6 +1275,19 @@ int64_t fakehsa_count(const char *what) {
     pthread_mutex_lock(&mu);
     if (strcmp(what, "signals") == 0) n = live_sigs;
     else if (strcmp(what, "allocs") == 0) n = nallocs;
+    else if (strcmp(what, "gpu_allocs") == 0) {
+        n = 0;
+        for (int i = 0; i < nallocs; i++) n += agents[pools[allocs[i].pool].agent].type == HSA_DEVICE_TYPE_GPU;
+    }
+    else if (strncmp(what, "vram_used:", 10) == 0) {
+        int gpu = atoi(what + 10), seen = 0;
+        for (int a = 0; a < nagents; a++) {
+            if (agents[a].type != HSA_DEVICE_TYPE_GPU || seen++ != gpu) continue;
+            for (int k = 0; k < npools; k++)
+                if (pools[k].agent == a && pools[k].segment == HSA_AMD_SEGMENT_GLOBAL && (pools[k].flags & FLAG_COARSE_GRAINED))
+                    n = (int64_t)pools[k].used;
+        }
+    }
     else if (strcmp(what, "alloc_calls") == 0) n = alloc_calls;
     else if (strcmp(what, "locks") == 0) n = nlocks;
     else if (strcmp(what, "pending") == 0) n = jobs_pending;

@@ -17,7 +17,10 @@
 //	defer kmp.Free(p, h)          // runs before DestroyAllocator
 //
 // Device memory and copies: TargetAlloc, TargetMemcpy (the initial device,
-// GetInitialDevice, is the host on every machine). The device data
+// GetInitialDevice, is the host on every machine; every routine that takes
+// a device number accepts OpenMP 5.2's InitialDevice, omp_initial_device,
+// for it, and reports InvalidDevice, omp_invalid_device, as the runtime
+// error OpenMP makes it: a warning and the failure result). The device data
 // environment: TargetAssociatePtr / TargetDisassociatePtr,
 // TargetIsPresent, GetMappedPtr and TargetIsAccessible, with LLVM's
 // answers (api.cpp). Page-locking memory you

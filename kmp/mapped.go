@@ -36,9 +36,9 @@ func findAssoc(d *target.Device, p uintptr) int {
 	return -1
 }
 
-// mappedDevice returns the device behind a device number for the mapping
-// routines, which answer false or nil for a bad one as LLVM does (a
-// warning besides, since there is no error to return).
+// mappedDevice returns the device behind a device number (already through
+// devArg) for the mapping routines, which answer false or nil for a bad one
+// as LLVM does (a warning besides, since there is no error to return).
 func mappedDevice(fn string, device int) (*target.Device, bool) {
 	if device < 0 || device > target.InitialDevice() {
 		warnf("%s: device %d is not a device number (0..%d)", fn, device, target.InitialDevice())
@@ -64,7 +64,8 @@ func assocDevice(fn string, device int) (*target.Device, bool) {
 // the initial device every address is present), else 0. As in LLVM, nil is
 // 0 and one byte at ptr is what is looked up.
 func TargetIsPresent(ptr unsafe.Pointer, device int) int {
-	if ptr == nil {
+	device, ok := devArg("omp_target_is_present", device)
+	if !ok || ptr == nil {
 		return 0
 	}
 	if device == target.InitialDevice() {
@@ -87,6 +88,10 @@ func TargetIsPresent(ptr unsafe.Pointer, device int) int {
 // On the initial device it is ptr itself; nil gives nil (with a warning,
 // as LLVM reports it).
 func GetMappedPtr(ptr unsafe.Pointer, device int) unsafe.Pointer {
+	device, ok := devArg("omp_get_mapped_ptr", device)
+	if !ok {
+		return nil
+	}
 	if ptr == nil {
 		warnf("omp_get_mapped_ptr: nil pointer")
 		return nil
@@ -117,6 +122,10 @@ func GetMappedPtr(ptr unsafe.Pointer, device int) unsafe.Pointer {
 // that the range overlaps.
 func TargetAssociatePtr(hostPtr, devicePtr unsafe.Pointer, size, deviceOffset uintptr, device int) int {
 	const fn = "omp_target_associate_ptr"
+	device, ok := devArg(fn, device)
+	if !ok {
+		return -1
+	}
 	if hostPtr == nil || devicePtr == nil || size == 0 {
 		warnf("%s: invalid arguments (host %p, device %p, size %d)", fn, hostPtr, devicePtr, size)
 		return -1
@@ -168,6 +177,10 @@ func TargetAssociatePtr(hostPtr, devicePtr unsafe.Pointer, size, deviceOffset ui
 // starting there.
 func TargetDisassociatePtr(hostPtr unsafe.Pointer, device int) int {
 	const fn = "omp_target_disassociate_ptr"
+	device, ok := devArg(fn, device)
+	if !ok {
+		return -1
+	}
 	if hostPtr == nil {
 		warnf("%s: nil host pointer", fn)
 		return -1
@@ -197,7 +210,8 @@ func TargetDisassociatePtr(hostPtr unsafe.Pointer, device int) int {
 // addressing). Nil or size 0 is 0. Mappings do not count (LLVM asks the
 // plugin, not the mapping table).
 func TargetIsAccessible(ptr unsafe.Pointer, size uintptr, device int) int {
-	if ptr == nil || size == 0 {
+	device, ok := devArg("omp_target_is_accessible", device)
+	if !ok || ptr == nil || size == 0 {
 		return 0
 	}
 	if device == target.InitialDevice() {

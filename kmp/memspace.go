@@ -19,12 +19,17 @@ func devicesMemspace(fn string, devs []int, ms MemspaceHandle, host bool) Memspa
 		warnf("%s: %#x is not a predefined memory space", fn, uintptr(ms))
 		return NullMemSpace
 	}
-	list := append([]int(nil), devs...)
+	list := make([]int, 0, len(devs)+1)
 	for _, d := range devs {
-		if _, err := target.Get(d); err != nil {
+		d, err := deviceNum(d) // omp_initial_device is the host
+		if err == nil {
+			_, err = target.Get(d)
+		}
+		if err != nil {
 			warnf("%s: %v", fn, err)
 			return NullMemSpace
 		}
+		list = append(list, d)
 	}
 	if host {
 		list = append(list, target.InitialDevice())

@@ -64,7 +64,7 @@ func TestDeviceMemspacesRejectBadInput(t *testing.T) {
 		f    func() MemspaceHandle
 		says string
 	}{
-		{"bad device", func() MemspaceHandle { return GetDeviceMemspace(-1, DefaultMemSpace) }, "omp_get_device_memspace"},
+		{"bad device", func() MemspaceHandle { return GetDeviceMemspace(-5, DefaultMemSpace) }, "omp_get_device_memspace"},
 		{"unknown device", func() MemspaceHandle { return GetDevicesMemspace([]int{1 << 20}, DefaultMemSpace) }, "1048576"},
 		{"no devices", func() MemspaceHandle { return GetDevicesMemspace(nil, DefaultMemSpace) }, "at least one device"},
 		{"bad memspace", func() MemspaceHandle { return GetDeviceMemspace(0, MemspaceHandle(12)) }, "not a predefined memory space"},

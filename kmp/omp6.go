@@ -107,6 +107,16 @@ func GetMemspacePagesize(ms MemspaceHandle) uintptr {
 	return uintptr(os.Getpagesize())
 }
 
+// asyncDevices is deviceNum for an _async copy's two devices.
+func asyncDevices(dst, src int) (int, int, error) {
+	d, err := deviceNum(dst)
+	if err != nil {
+		return d, src, err
+	}
+	s, err := deviceNum(src)
+	return d, s, err
+}
+
 // asyncQueue opens a queue on the accelerator among dst and src devices
 // (or on the host when both are the host).
 func asyncQueue(dstDev, srcDev int) (*target.Queue, error) {
@@ -164,6 +174,10 @@ func memcpyArgs(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr, d
 // the accelerator involved.
 func TargetMemcpyAsync(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr, dstDevice, srcDevice int, deps ...*Task) *Task {
 	const fn = "omp_target_memcpy_async"
+	dstDevice, srcDevice, err := asyncDevices(dstDevice, srcDevice)
+	if err != nil {
+		return failedTask(fn, err)
+	}
 	if length == 0 {
 		return startTask(fn, deps, func() error { return nil })
 	}
@@ -246,6 +260,10 @@ func memsetArgs(ptr unsafe.Pointer, n uintptr, dev int) error {
 // failure it warns and returns nil. n 0 does nothing and returns ptr.
 func TargetMemset(ptr unsafe.Pointer, c int, n uintptr, dev int) unsafe.Pointer {
 	const fn = "omp_target_memset"
+	dev, ok := devArg(fn, dev)
+	if !ok {
+		return nil
+	}
 	if n == 0 {
 		return ptr
 	}
@@ -264,6 +282,10 @@ func TargetMemset(ptr unsafe.Pointer, c int, n uintptr, dev int) unsafe.Pointer 
 // after deps, on a queue of the device.
 func TargetMemsetAsync(ptr unsafe.Pointer, c int, n uintptr, dev int, deps ...*Task) *Task {
 	const fn = "omp_target_memset_async"
+	dev, err := deviceNum(dev)
+	if err != nil {
+		return failedTask(fn, err)
+	}
 	if n == 0 {
 		return startTask(fn, deps, func() error { return nil })
 	}
@@ -392,6 +414,10 @@ func (r *rect) rows(copyRow func(dst, src, n uintptr) error) error {
 // returns MaxRectDims. Bad arguments: a warning and -1, nothing copied.
 func TargetMemcpyRect(dst, src unsafe.Pointer, elementSize uintptr, numDims int, volume, dstOffsets, srcOffsets, dstDimensions, srcDimensions []uintptr, dstDevice, srcDevice int) int {
 	const fn = "omp_target_memcpy_rect"
+	dstDevice, srcDevice, ok := devArgs(fn, dstDevice, srcDevice)
+	if !ok {
+		return -1
+	}
 	if dst == nil && src == nil {
 		return MaxRectDims
 	}
@@ -413,6 +439,10 @@ func TargetMemcpyRect(dst, src unsafe.Pointer, elementSize uintptr, numDims int,
 // success (ask TargetMemcpyRect for the number of dimensions).
 func TargetMemcpyRectAsync(dst, src unsafe.Pointer, elementSize uintptr, numDims int, volume, dstOffsets, srcOffsets, dstDimensions, srcDimensions []uintptr, dstDevice, srcDevice int, deps ...*Task) *Task {
 	const fn = "omp_target_memcpy_rect_async"
+	dstDevice, srcDevice, err := asyncDevices(dstDevice, srcDevice)
+	if err != nil {
+		return failedTask(fn, err)
+	}
 	if dst == nil && src == nil {
 		return startTask(fn, nil, func() error { return nil })
 	}

@@ -48,6 +48,8 @@ func TestOmp6Child(t *testing.T) {
 	}
 	require.Equal(t, d, TargetMemset(d, 0x5A, n, 0))
 	check(0x5A)
+	// libgomp's omp_target_memset.c: omp_initial_device, then device 0.
+	libgompTargetMemset(t)
 
 	t1 := TargetMemsetAsync(d, 0x11, n, 0)
 	t2 := TargetMemcpyAsync(ph, d, n, 0, 0, host, 0, t1)

@@ -14,10 +14,11 @@ import (
 
 // The target part of omp.h and LLVM's extensions. Devices are numbered as
 // in OpenMP: accelerators 0..GetNumDevices()-1, then the host, the initial
-// device, which every call accepts. Bad input (a nil pointer, a zero size,
-// an unknown device, unlocking what is not locked) gives nil, nothing, or a
-// non-zero result and one warning line; it never aborts the process as
-// libomptarget does for a bad device number.
+// device, which every call accepts, also as InitialDevice
+// (omp_initial_device, devnum.go). Bad input (a nil pointer, a zero size,
+// an unknown device, InvalidDevice, unlocking what is not locked) gives
+// nil, nothing, or a non-zero result and one warning line; it never aborts
+// the process as libomptarget does for a bad device number.
 
 // GetNumDevices is omp_get_num_devices: the number of accelerators.
 func GetNumDevices() int { return target.NumDevices() }
@@ -29,16 +30,26 @@ func GetInitialDevice() int { return target.InitialDevice() }
 // GetDefaultDevice is omp_get_default_device.
 func GetDefaultDevice() int { return target.DefaultDevice() }
 
-// SetDefaultDevice is omp_set_default_device. An invalid number leaves the
-// default unchanged.
+// SetDefaultDevice is omp_set_default_device. InitialDevice makes the host
+// the default (GetDefaultDevice then returns GetInitialDevice()). An
+// invalid number leaves the default unchanged.
 func SetDefaultDevice(device int) {
+	device, ok := devArg("omp_set_default_device", device)
+	if !ok {
+		return
+	}
 	if err := target.SetDefaultDevice(device); err != nil {
 		warnf("omp_set_default_device: %v; the default device stays %d", err, target.DefaultDevice())
 	}
 }
 
-// device returns device dev, or warns on behalf of fn and returns nil.
+// lookupDevice returns device dev (an OpenMP device number:
+// InitialDevice is the host), or warns on behalf of fn and returns nil.
 func lookupDevice(fn string, dev int) *target.Device {
+	dev, ok := devArg(fn, dev)
+	if !ok {
+		return nil
+	}
 	d, err := target.Get(dev)
 	if err != nil {
 		warnf("%s: %v", fn, err)
@@ -54,16 +65,15 @@ func lookupDevice(fn string, dev int) *target.Device {
 // keeps it alive; memory from Alloc or mmap is the usual choice.
 func TargetLockMem(ptr unsafe.Pointer, size uintptr, device int) unsafe.Pointer {
 	const fn = "llvm_omp_target_lock_mem"
+	d := lookupDevice(fn, device)
 	switch {
+	case d == nil:
+		return nil
 	case ptr == nil:
 		warnf("%s: nil pointer", fn)
 		return nil
 	case size == 0:
 		warnf("%s: size 0 at %p", fn, ptr)
-		return nil
-	}
-	d := lookupDevice(fn, device)
-	if d == nil {
 		return nil
 	}
 	dev, err := d.LockMem(uintptr(ptr), size)
@@ -79,12 +89,12 @@ func TargetLockMem(ptr unsafe.Pointer, size uintptr, device int) unsafe.Pointer 
 // unlocks the memory.
 func TargetUnlockMem(ptr unsafe.Pointer, device int) {
 	const fn = "llvm_omp_target_unlock_mem"
-	if ptr == nil {
-		warnf("%s: nil pointer", fn)
-		return
-	}
 	d := lookupDevice(fn, device)
 	if d == nil {
+		return
+	}
+	if ptr == nil {
+		warnf("%s: nil pointer", fn)
 		return
 	}
 	if err := d.UnlockMem(uintptr(ptr)); err != nil {
@@ -93,12 +103,12 @@ func TargetUnlockMem(ptr unsafe.Pointer, device int) {
 }
 
 func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsafe.Pointer {
-	if size == 0 {
-		warnf("%s: size 0", fn)
-		return nil
-	}
 	d := lookupDevice(fn, device)
 	if d == nil {
+		return nil
+	}
+	if size == 0 {
+		warnf("%s: size 0", fn)
 		return nil
 	}
 	var p uintptr
@@ -134,6 +144,9 @@ type targetKey struct {
 // ptr does nothing, as free(NULL).
 func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) {
 	if ptr == nil {
+		if _, err := deviceNum(device); err != nil {
+			warnf("%s: %v", fn, err) // as for any pointer
+		}
 		return
 	}
 	d := lookupDevice(fn, device)
@@ -151,7 +164,7 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 	if kind < 0 {
 		k, ok := d.Kind(p)
 		if !ok {
-			warnf("%s: %p was not allocated by device %d (or was freed)", fn, ptr, device)
+			warnf("%s: %p was not allocated by device %d (or was freed)", fn, ptr, d.ID)
 			return
 		}
 		kind = k
@@ -218,6 +231,10 @@ func TargetFreeDevice(ptr unsafe.Pointer, device int) {
 // right, as in C.
 func TargetMemcpy(dst, src unsafe.Pointer, length, dstOffset, srcOffset uintptr, dstDevice, srcDevice int) int {
 	const fn = "omp_target_memcpy"
+	dstDevice, srcDevice, ok := devArgs(fn, dstDevice, srcDevice)
+	if !ok {
+		return -1
+	}
 	if length == 0 {
 		return 0
 	}

@@ -653,8 +653,9 @@ func kmpCases() []badCase {
 		require.Equal(t, def, kmp.GetDefaultAllocator())
 	})
 
-	// Every target call with a bad device number.
-	for _, dev := range []int{-1, 1 << 20, math.MinInt, math.MaxInt} {
+	// Every target call with a bad device number (-1 is
+	// omp_initial_device, the host: kmp's TestInitialDeviceEveryRoutine).
+	for _, dev := range []int{kmp.InvalidDevice, -3, 1 << 20, math.MinInt, math.MaxInt} {
 		for _, c := range []struct {
 			name string
 			call func(w *world, dev int)

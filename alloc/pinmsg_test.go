@@ -4,9 +4,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
-
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -53,16 +53,23 @@ func TestPinFailureSaysWhichLimit(t *testing.T) {
 			}
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestPinMessageChild")
-			var msg string
+			var msg, dev string
 			for line := range strings.SplitSeq(string(out), "\n") {
 				if m, ok := strings.CutPrefix(strings.TrimSpace(line), "PINERR "); ok {
 					msg = m
 				}
+				if m, ok := strings.CutPrefix(strings.TrimSpace(line), "PINDEV "); ok {
+					dev = m
+				}
 			}
 			require.NotEmpty(t, msg, "%s", out)
+			require.NotEmpty(t, dev, "%s", out)
 			t.Log(msg)
-			require.True(t, strings.HasPrefix(msg, "allocator#1024(omp_default_mem_space, pinned): pinned(device 0"), "the allocator and its heap first: %s", msg)
-			_, cause, _ := strings.Cut(msg, "): pinned(device 0")
+			// The heap is the pinned device's, whatever number the host got
+			// (issue 27 item 13: with a GPU the host is device 1 or later).
+			heap := "pinned(device " + dev
+			require.True(t, strings.HasPrefix(msg, "allocator#1024(omp_default_mem_space, pinned): "+heap), "the allocator and its heap first: %s", msg)
+			_, cause, _ := strings.Cut(msg, "): "+heap)
 			_, cause, _ = strings.Cut(cause, "): ")
 			require.True(t, strings.HasPrefix(cause, "cannot pin memory: "), "then the failed pin: %s", msg)
 			for _, w := range tc.want {
@@ -87,7 +94,9 @@ func TestPinMessageChild(t *testing.T) {
 	require.Nil(t, p)
 	require.ErrorIs(t, err, ErrPinFailed)
 	require.NotErrorIs(t, err, ErrOutOfMemory, "issue 22: a refused lock is not a lack of memory")
-	os.Stdout.WriteString("PINERR " + err.Error() + "\n")
+	dev, derr := pinDevice(traits.Set{PinDevice: -1})
+	require.NoError(t, derr)
+	os.Stdout.WriteString("PINERR " + err.Error() + "\nPINDEV " + strconv.Itoa(dev) + "\n")
 }
 
 // Issue 23, item 2: under a pinned-bytes limit below one chunk, blocks of

@@ -32,6 +32,10 @@ const (
 	// KindDroppedLock: user locks inside a pinned chunk were dropped when
 	// the chunk was released.
 	KindDroppedLock Kind = "dropped_lock"
+	// KindDriver: a GPU driver call failed where no caller can be told:
+	// cuCtxPopCurrent after a call that succeeded (the call's result
+	// stands; the goroutine keeps its OS thread, which ends with it).
+	KindDriver Kind = "driver"
 )
 
 // SetLogger routes every warning of the module to l, at slog.LevelWarn;

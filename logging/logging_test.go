@@ -250,7 +250,7 @@ func TestKindsMatchTheSenders(t *testing.T) {
 	for pub, sent := range map[string]string{
 		logging.KindEnv: warn.Env, logging.KindBadInput: warn.BadInput, logging.KindLiveBlocks: warn.LiveBlocks,
 		logging.KindPinFallback: warn.PinFallback, logging.KindUnfreed: warn.Unfreed, logging.KindHugeTLB: warn.HugeTLB,
-		logging.KindDroppedLock: warn.DroppedLock,
+		logging.KindDroppedLock: warn.DroppedLock, logging.KindDriver: warn.Driver,
 	} {
 		require.Equal(t, pub, sent)
 	}

@@ -24,6 +24,7 @@ const (
 	Unfreed     = "unfreed"      // an alloc.Buffer became unreachable without Free
 	HugeTLB     = "hugetlb"      // hugetlb pages asked for but not to be had
 	DroppedLock = "dropped_lock" // user locks dropped with the pinned chunk they were in
+	Driver      = "driver"       // a driver call failed where no caller can be told (a context stack the driver would not pop)
 )
 
 var (

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -195,17 +196,28 @@ func (d *device) inCtx(f func() error) error {
 // after, so a caller that locked its thread with a context of its own (a cgo
 // library, the CUDA runtime API) finds that context current again, where
 // cuCtxSetCurrent would have replaced the top of its stack for good.
+//
+// The result is f's alone: a failed pop after f does not undo what f did in
+// the driver (a registration made, an unregistration done), so reporting
+// the pop as the call's failure would leave the plugin's books saying the
+// opposite of the driver's (issue 27 item 5). The thread whose stack the
+// driver would not pop keeps d's context on it: it is not handed back to
+// other goroutines (the lock on it stays, and Go ends a thread whose
+// goroutine exits locked to it), and the failure is a warning.
 func (d *device) inOpenCtx(f func() error) error {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	if err := d.drv.check("cuCtxPushCurrent", call(d.drv.cuCtxPushCurrent, d.ctx)); err != nil {
+		runtime.UnlockOSThread()
 		return err
 	}
 	err := f()
 	var popped uintptr
 	if perr := d.drv.check("cuCtxPopCurrent", call(d.drv.cuCtxPopCurrent, uintptr(unsafe.Pointer(&popped)))); perr != nil {
-		err = errors.Join(err, perr)
+		warn.Emit(warn.Driver, "cuda", fmt.Sprintf("%v: %v: the call before it stands; this goroutine keeps its OS thread, "+
+			"which ends with it", d, perr), perr)
+		return err
 	}
+	runtime.UnlockOSThread()
 	return err
 }
 

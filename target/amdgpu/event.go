@@ -165,12 +165,6 @@ func (e *event) Record(q plugin.QueueImpl) error {
 	return nil
 }
 
-func (e *event) current() *sharedSig {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.s
-}
-
 // Wait chains a marker on q that depends on the event's signal.
 func (e *event) Wait(q plugin.QueueImpl) error {
 	hq, err := e.queue(q, "wait for an event")
@@ -188,18 +182,37 @@ func (e *event) Wait(q plugin.QueueImpl) error {
 	return nil
 }
 
-func (e *event) Query() (bool, error) {
-	s := e.current()
-	return s == nil || e.d.fn.done(s.sig), nil
-}
-
-func (e *event) Synchronize() error {
+// hold returns the latest record's signal with a reference of the
+// caller's (release it with release), or nil: a Record or Destroy
+// meanwhile then cannot destroy the signal under the caller.
+func (e *event) hold() *sharedSig {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.s != nil {
-		e.d.fn.waitZero(e.s.sig)
+		e.s.refs.Add(1) // the event's reference is still there: never 0 here
 	}
-	return nil
+	return e.s
+}
+
+func (e *event) Query() (bool, error) {
+	s := e.hold()
+	if s == nil {
+		return true, nil
+	}
+	done := e.d.fn.done(s.sig)
+	return done, s.release(e.d.fn)
+}
+
+// Synchronize waits for the latest record's signal without e.mu, so that
+// a Record, Wait, Query or Destroy meanwhile does not wait for the device;
+// its reference keeps the signal alive until the wait returned.
+func (e *event) Synchronize() error {
+	s := e.hold()
+	if s == nil {
+		return nil
+	}
+	e.d.fn.waitZero(s.sig)
+	return s.release(e.d.fn)
 }
 
 func (e *event) Elapsed(plugin.EventImpl) (time.Duration, error) {

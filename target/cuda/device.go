@@ -45,6 +45,8 @@ type device struct {
 	peers map[*device]peerState // what PeerAccess found, per other device
 
 	mpState // the stream-ordered pool (mempool.go)
+
+	evFlags uintptr // CU_EVENT_BLOCKING_SYNC or 0, from EnvSched at Open (sched.go)
 }
 
 // keepSyncStreams bounds the idle streams a device keeps for synchronous

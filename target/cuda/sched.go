@@ -52,12 +52,18 @@ func schedFlag() uint32 {
 // library) and keeps its flags, as LLVM's plugin leaves it. The flag is a
 // tuning: a driver without these calls, or one that refuses them, leaves
 // the device usable, with one warning.
+//
+// It also chooses the flags of the device's events (eventFlags).
 func (d *device) setSched() {
 	drv := d.drv
+	want := schedFlag()
+	d.evFlags = 0
+	if want == cuCtxSchedBlockingSync {
+		d.evFlags = cuEventBlockingSync
+	}
 	if drv.cuDevicePrimaryCtxGetState == 0 || drv.cuDevicePrimaryCtxSetFlags == 0 {
 		return
 	}
-	want := schedFlag()
 	var flags uint32
 	var active int32
 	err := drv.check("cuDevicePrimaryCtxGetState", call(drv.cuDevicePrimaryCtxGetState, uintptr(d.dev),
@@ -71,4 +77,31 @@ func (d *device) setSched() {
 	if err != nil {
 		warn.Printf(warn.Env, "cuda", "%v: scheduling flag %#x not set (%s): %v", d, want, EnvSched, err)
 	}
+}
+
+// cuEventBlockingSync is CU_EVENT_BLOCKING_SYNC (cuda.h, CUevent_flags).
+const cuEventBlockingSync = 0x01
+
+// eventFlags are the cuEventCreate flags of an event of d that the host
+// may wait for (target's Event): CU_EVENT_DISABLE_TIMING unless timing, and
+// CU_EVENT_BLOCKING_SYNC when the device's waits are to block (EnvSched
+// blocking, the default). The reference: "CU_EVENT_BLOCKING_SYNC: Specifies
+// that the created event should use blocking synchronization. A CPU thread
+// that uses cuEventSynchronize() to wait on an event created with this flag
+// will block until the event has actually been recorded"; without it,
+// cuEventSynchronize may spin a core, whatever the context's scheduling
+// flag, which costs an OpenMP program a thread for every wait. The price,
+// also the reference's: "Events created with this flag specified and the
+// CU_EVENT_BLOCKING_SYNC flag not specified will provide the best
+// performance when used with cuStreamWaitEvent() and cuEventQuery()", and
+// a blocking wait wakes later than a spinning one. So spin, yield or auto
+// (a user who asked for latency) get events without it, and so do the
+// events only streams wait for (the pool's, mempool.go), which the host
+// never waits on.
+func (d *device) eventFlags(timing bool) uintptr {
+	f := d.evFlags
+	if !timing {
+		f |= cuEventDisableTiming
+	}
+	return f
 }

@@ -12,7 +12,10 @@ import (
 // A device's primary context is activated with CU_CTX_SCHED_BLOCKING_SYNC
 // unless OMPALLOC_CUDA_SCHED chooses otherwise; a context someone else
 // activated first keeps its flags. Each case runs in a fresh process: the
-// flags only count when the context is activated.
+// flags only count when the context is activated. Events the host waits
+// for are CU_EVENT_BLOCKING_SYNC when the scheduling asked for is blocking
+// (whoever activated the context), and CU_EVENT_DISABLE_TIMING unless
+// they time (before: never BLOCKING_SYNC, so an event wait spun a core).
 func TestSchedFlags(t *testing.T) {
 	needFake(t)
 	for _, tc := range []struct {
@@ -52,6 +55,20 @@ func TestSchedFlagsChild(t *testing.T) {
 	}
 	require.NoError(t, d.Open())
 	require.Equal(t, want, int(int32(call(hookFn(t, "fakecuda_ctx_flags_when_active"), 0))), "the flags the context was activated with")
+	blocking := uint32(0)
+	if want == cuCtxSchedBlockingSync || os.Getenv("OMPALLOC_CUDA_TEST_ACTIVE") != "" { // blocking asked for
+		blocking = cuEventBlockingSync
+	}
+	for _, timing := range []bool{false, true} {
+		ev, err := d.NewEvent(timing)
+		require.NoError(t, err)
+		flags := blocking
+		if !timing {
+			flags |= cuEventDisableTiming
+		}
+		require.Equal(t, flags, uint32(call(hookFn(t, "fakecuda_last_event_flags"))), "the flags of an event (timing %v)", timing)
+		require.NoError(t, ev.Destroy())
+	}
 	require.NoError(t, d.Close())
 	require.NoError(t, p.devices[1].Close())
 }

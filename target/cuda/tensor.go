@@ -22,17 +22,16 @@ func (t *tensorSyms) tensorTable(opt func(string, *uintptr) entry) []entry {
 	}
 }
 
-// NewEvent creates a CUDA event (CU_EVENT_DISABLE_TIMING unless timing).
+// NewEvent creates a CUDA event with eventFlags (CU_EVENT_DISABLE_TIMING
+// unless timing; CU_EVENT_BLOCKING_SYNC unless OMPALLOC_CUDA_SCHED asks for
+// spinning).
 func (d *device) NewEvent(timing bool) (plugin.EventImpl, error) {
 	drv := d.drv
 	if drv.cuEventCreate == 0 || drv.cuEventRecord == 0 || drv.cuEventQuery == 0 ||
 		drv.cuEventSynchronize == 0 || drv.cuEventDestroy == 0 || drv.cuStreamWaitEvent == 0 {
 		return nil, fmt.Errorf("%v: events missing in %s: %w", d, drv.lib.Path, errors.ErrUnsupported)
 	}
-	flags := uintptr(cuEventDisableTiming)
-	if timing {
-		flags = 0
-	}
+	flags := d.eventFlags(timing)
 	var ev uintptr
 	if err := d.withCtx("cuEventCreate", func() result {
 		return call(drv.cuEventCreate, uintptr(unsafe.Pointer(&ev)), flags)
@@ -56,11 +55,16 @@ func stream(q plugin.QueueImpl, what string) (*Queue, uintptr, error) {
 	return cq, s, err
 }
 
-// Record is cuEventRecord on q's stream.
+// Record is cuEventRecord on q's stream, which must be of the event's
+// device: "hEvent and hStream must be from the same context otherwise
+// CUDA_ERROR_INVALID_HANDLE is returned".
 func (e *devEvent) Record(q plugin.QueueImpl) error {
-	_, s, err := stream(q, "record an event")
+	cq, s, err := stream(q, "record an event")
 	if err != nil {
 		return err
+	}
+	if cq.d != e.d {
+		return fmt.Errorf("%v: record an event on a queue of %v: %w: an event is recorded on a queue of its own device (another device's queue may wait for it)", e.d, cq.d, ErrInvalid)
 	}
 	return e.d.withCtx("cuEventRecord", func() result { return call(e.d.drv.cuEventRecord, e.ev, s) })
 }
@@ -75,11 +79,17 @@ func (e *devEvent) Wait(q plugin.QueueImpl) error {
 	return cq.d.withCtx("cuStreamWaitEvent", func() result { return call(e.d.drv.cuStreamWaitEvent, s, e.ev, 0) })
 }
 
-// Elapsed is cuEventElapsedTime(start, e), in milliseconds from the driver.
+// Elapsed is cuEventElapsedTime(start, e), in milliseconds from the driver;
+// both events of this device.
 func (e *devEvent) Elapsed(start plugin.EventImpl) (time.Duration, error) {
 	s, ok := start.(*devEvent)
 	if !ok {
 		return 0, fmt.Errorf("%v: elapsed time: %w: not a CUDA event", e.d, ErrInvalid)
+	}
+	if s.d != e.d {
+		// The Programming Guide: "cudaEventElapsedTime() will fail if the
+		// two input events are associated to different devices".
+		return 0, fmt.Errorf("%v: elapsed time from an event of %v: %w: events of two devices (each has its own clock)", e.d, s.d, ErrInvalid)
 	}
 	if e.d.drv.cuEventElapsedTime == 0 {
 		return 0, fmt.Errorf("%v: cuEventElapsedTime missing in %s: %w", e.d, e.d.drv.lib.Path, errors.ErrUnsupported)

@@ -147,6 +147,9 @@
  *                                          completes
  *   int  fakecuda_gated(void)              calls (and stream workers) waiting at
  *                                          a closed gate
+ *   long fakecuda_event_misuse(void)       cuEventDestroy calls of an event a
+ *                                          thread waits on in cuEventSynchronize
+ *   unsigned fakecuda_last_event_flags(void) the flags of the last cuEventCreate
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -277,6 +280,8 @@ struct fake_event {
 	unsigned long long recorded, done;
 	int refs; /* the handle plus each pending record */
 	unsigned flags;      /* cuEventCreate's: CU_EVENT_DISABLE_TIMING (2) */
+	struct fake_ctx *ctx; /* the context current at cuEventCreate */
+	int waiters;          /* threads in cuEventSynchronize on it */
 	double done_ms;      /* CLOCK_MONOTONIC when the last record completed */
 	struct fake_event *next;
 };
@@ -1902,6 +1907,40 @@ static int live_event(struct fake_event *e) {
 	return 0;
 }
 
+/* Events belong to a context. cuEventCreate: "Creates an event *phEvent
+ * for the current context". cuEventRecord: "hEvent and hStream must be
+ * from the same context otherwise CUDA_ERROR_INVALID_HANDLE is returned"
+ * (CUDA driver API, Event Management); the NULL stream is the current
+ * context's. cuEventElapsedTime: the Programming Guide (Multi-Device
+ * System, Stream and Event Behavior): "cudaEventElapsedTime() will fail
+ * if the two input events are associated to different devices"; the
+ * reference names no code, so the fake answers CUDA_ERROR_INVALID_HANDLE,
+ * cuEventRecord's code for the same rule. cuEventSynchronize, cuEventQuery
+ * and cuStreamWaitEvent take an event of any context (the same section:
+ * they "will succeed even if the input event is associated to a device
+ * that is different from the current device").
+ *
+ * Test hook: long fakecuda_event_misuse(void) counts cuEventDestroy calls
+ * of an event a thread is waiting on in cuEventSynchronize: the handle is
+ * invalid once destroyed, so in the real driver that wait uses a dead
+ * handle. */
+static long g_ev_misuse;
+static unsigned g_ev_last_flags; /* fakecuda_last_event_flags */
+
+API long fakecuda_event_misuse(void) {
+	pthread_mutex_lock(&ev_mu);
+	long n = g_ev_misuse;
+	pthread_mutex_unlock(&ev_mu);
+	return n;
+}
+
+API unsigned fakecuda_last_event_flags(void) {
+	pthread_mutex_lock(&ev_mu);
+	unsigned f = g_ev_last_flags;
+	pthread_mutex_unlock(&ev_mu);
+	return f;
+}
+
 API CUresult cuEventCreate(CUevent *pe, unsigned int flags) {
 	ENTER("cuEventCreate");
 	if (!pe || (flags & ~0xFu))
@@ -1914,7 +1953,9 @@ API CUresult cuEventCreate(CUevent *pe, unsigned int flags) {
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->refs = 1;
 	e->flags = flags;
+	e->ctx = t_cur;
 	pthread_mutex_lock(&ev_mu);
+	g_ev_last_flags = flags;
 	e->next = g_events;
 	g_events = e;
 	pthread_mutex_unlock(&ev_mu);
@@ -1936,7 +1977,7 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
 			return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	pthread_mutex_lock(&ev_mu);
-	if (!live_event(e)) {
+	if (!live_event(e) || e->ctx != s->ctx) { /* "must be from the same context" */
 		pthread_mutex_unlock(&ev_mu);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
@@ -1974,8 +2015,13 @@ API CUresult cuEventSynchronize(CUevent e) {
 		pthread_mutex_unlock(&ev_mu);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
+	e->refs++; /* the fake's own memory stays; a destroy meanwhile is counted as misuse */
+	e->waiters++;
 	while (e->done < e->recorded)
 		pthread_cond_wait(&ev_cv, &ev_mu);
+	e->waiters--;
+	if (--e->refs == 0)
+		free(e);
 	pthread_mutex_unlock(&ev_mu);
 	pool_observe(NULL); /* a synchronization: pools above their release threshold shrink */
 	return CUDA_SUCCESS;
@@ -1994,6 +2040,8 @@ API CUresult cuEventDestroy_v2(CUevent e) {
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	*pp = e->next;
+	if (e->waiters > 0)
+		g_ev_misuse++;
 	if (--e->refs == 0) /* pending records keep it until they complete */
 		free(e);
 	pthread_mutex_unlock(&ev_mu);
@@ -2113,7 +2161,7 @@ API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
 	CUresult r = CUDA_SUCCESS;
 	pthread_mutex_lock(&ev_mu);
 	if (!live_event(start) || !live_event(end) || start->recorded == 0 || end->recorded == 0 ||
-	    (start->flags & 2) || (end->flags & 2))
+	    (start->flags & 2) || (end->flags & 2) || start->ctx != end->ctx)
 		r = CUDA_ERROR_INVALID_HANDLE;
 	else if (start->done < start->recorded || end->done < end->recorded)
 		r = CUDA_ERROR_NOT_READY;

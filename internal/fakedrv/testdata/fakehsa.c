@@ -105,7 +105,9 @@
  * hsa_amd_memory_pool_allocate calls), "locks", "pending" (copies not yet
  * performed), "copies" (performed), "due" (copies not started whose delay
  * has passed: they wait for their dependencies or the "copy" gate only),
- * "inits" (reference count), "lock_calls"
+ * "inits" (reference count), "waiting" (threads in hsa_signal_wait_scacquire),
+ * "waited_destroys" (hsa_signal_destroy calls of a signal a thread was
+ * waiting on: a use after free in the real runtime), "lock_calls"
  * (successful hsa_amd_memory_lock calls), "unlock_calls" (all
  * hsa_amd_memory_unlock calls), "stray_unlocks" (those of memory not locked),
  * "gated" (calls, and copy engines holding due copies, waiting at a closed gate); void
@@ -267,6 +269,7 @@ struct sig {
     uint32_t magic;
     int live;
     int64_t value;
+    int waiters; /* threads in hsa_signal_wait_scacquire on it */
     struct sig *next_free;
 };
 #define SLAB 1024
@@ -309,6 +312,10 @@ static int nlocks, caplocks;
 static struct slab *slabs;
 static struct sig *free_sigs;
 static int64_t live_sigs;
+/* Test hooks "waiting" (threads in hsa_signal_wait_scacquire) and
+ * "waited_destroys" (hsa_signal_destroy of a signal another thread waits
+ * on: the real runtime's waiter would then read freed memory). */
+static int64_t waiting, waited_destroys;
 
 /* Every submitted copy, in submission order, until it completed (running
  * ones included, so that hsa_signal_destroy sees their signals in use). */
@@ -982,6 +989,7 @@ hsa_status_t hsa_signal_destroy(hsa_signal_t signal) {
         pthread_mutex_unlock(&mu);
         return HSA_STATUS_ERROR_RESOURCE_FREE;
     }
+    if (g->waiters > 0) waited_destroys++;
     g->live = 0;
     g->next_free = free_sigs;
     free_sigs = g;
@@ -1032,8 +1040,12 @@ hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition,
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&mu);
-    struct sig *g = sig_of(signal);
+    struct sig *g = sig_of(signal), *w = g;
     int64_t v = 0;
+    if (w != NULL) {
+        w->waiters++;
+        waiting++;
+    }
     while (g != NULL) {
         v = __atomic_load_n(&g->value, __ATOMIC_ACQUIRE);
         if (satisfied(v, condition, compare_value)) break;
@@ -1042,6 +1054,10 @@ hsa_signal_value_t hsa_signal_wait_scacquire(hsa_signal_t signal, int condition,
             break;
         }
         g = sig_of(signal);
+    }
+    if (w != NULL) {
+        w->waiters--;
+        waiting--;
     }
     pthread_mutex_unlock(&mu);
     return v;
@@ -1302,6 +1318,8 @@ int64_t fakehsa_count(const char *what) {
     else if (strcmp(what, "unlock_calls") == 0) n = unlock_calls;
     else if (strcmp(what, "stray_unlocks") == 0) n = stray_unlocks;
     else if (strcmp(what, "inits") == 0) n = refs;
+    else if (strcmp(what, "waiting") == 0) n = waiting;
+    else if (strcmp(what, "waited_destroys") == 0) n = waited_destroys;
     pthread_mutex_unlock(&mu);
     if (strcmp(what, "gated") == 0) {
         pthread_mutex_lock(&gate_mu);

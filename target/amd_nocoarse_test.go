@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -67,6 +68,13 @@ func TestAMDWithoutCoarsePoolChild(t *testing.T) {
 	q, err := d1.NewQueue()
 	require.NoError(t, err)
 	require.NoError(t, MemcpyAsync(v, h1, n, 0, 1, q), "device 1 to device 0 on a queue of device 1")
+	// Events need no VRAM: their markers use a fine-grained pool (issue 27
+	// item 10; before, Record failed for want of the coarse-grained pool).
+	ev, err := d1.NewEvent(false)
+	require.NoError(t, err)
+	require.NoError(t, ev.Record(q), "an event on a GPU without coarse-grained memory")
+	require.NoError(t, ev.Synchronize(context.Background()))
+	require.NoError(t, ev.Close())
 	require.NoError(t, q.Synchronize())
 	require.NoError(t, q.Close())
 	clearMem(back, n)

@@ -38,6 +38,9 @@ type device struct {
 
 	peers   map[*device]bool     // PeerAccess answers, asked once per pair
 	granted map[uintptr][]uint64 // allocation → the other GPUs allowed to reach it, for peer copies
+
+	scratch     uintptr // the events' marker buffer (event.go), 0 until the first marker; freed by Close
+	scratchPool *pool   // the pool scratch came from
 }
 
 func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools agentPools, host *pool) (*device, error) {
@@ -455,6 +458,7 @@ func (d *device) Close() error {
 		}
 		delete(d.allocs, p)
 	}
+	errs = append(errs, d.freeScratchLocked())
 	locks := d.locks
 	d.locks = map[uintptr][]uintptr{}
 	d.mu.Unlock()

@@ -39,22 +39,58 @@ func (s *sharedSig) release(fn *syms) error {
 	return nil
 }
 
-// scratch holds each device's marker buffer, allocated at the first event.
-var scratch sync.Map // *device → uintptr
-
+// scratchBuf returns the device's marker buffer (device.scratch),
+// allocated at its first event and freed by Close. The markers copy 8
+// bytes nobody reads, so any memory the GPU's copy engines reach will do:
+// the GPU's fine-grained pool first (its own memory, no grant needed),
+// then its coarse-grained pool (the memory tensors want, and absent on
+// some GPUs), then the CPU's fine-grained pool granted to this GPU.
 func (d *device) scratchBuf() (uintptr, error) {
-	if p, ok := scratch.Load(d); ok {
-		return p.(uintptr), nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, ErrClosed
 	}
-	p, err := d.Alloc(plugin.MemDevice, 64)
-	if err != nil {
-		return 0, err
+	if d.scratch != 0 {
+		return d.scratch, nil
 	}
-	if old, loaded := scratch.LoadOrStore(d, p); loaded {
-		_ = d.Free(plugin.MemDevice, p)
-		return old.(uintptr), nil
+	var errs []error
+	for _, pl := range []*pool{d.pools.fine, d.pools.coarse, d.host} {
+		if pl == nil {
+			continue
+		}
+		var p uintptr
+		if err := d.fn.status("hsa_amd_memory_pool_allocate", d.fn.poolAllocate, uintptr(pl.handle), 64, 0, uintptr(unsafe.Pointer(&p))); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if pl == d.host {
+			if err := d.fn.status("hsa_amd_agents_allow_access", d.fn.allowAccess, 1, uintptr(unsafe.Pointer(&d.agent)), 0, p); err != nil {
+				errs = append(errs, err, d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p))
+				continue
+			}
+		}
+		d.scratch, d.scratchPool = p, pl
+		return p, nil
 	}
-	return p, nil
+	if len(errs) == 0 {
+		return 0, fmt.Errorf("event marker buffer: %w", ErrNoPool)
+	}
+	return 0, fmt.Errorf("event marker buffer: %w", errors.Join(errs...))
+}
+
+// freeScratchLocked frees the marker buffer (d.mu held; the device's queues,
+// the only users, are gone).
+func (d *device) freeScratchLocked() error {
+	if d.scratch == 0 {
+		return nil
+	}
+	p := d.scratch
+	d.scratch, d.scratchPool = 0, nil
+	if err := d.fn.status("hsa_amd_memory_pool_free", d.fn.poolFree, p); err != nil {
+		return d.errorf(err, "free the event marker buffer at %#x", p)
+	}
+	return nil
 }
 
 // asyncCopyDeps is asyncCopy after every signal of deps.

@@ -55,6 +55,10 @@ type Event struct {
 // ErrNotRecorded: Elapsed of an event that was never recorded.
 var ErrNotRecorded = errors.New("event not recorded")
 
+// ErrNotReady: Elapsed of an event whose work has not completed yet
+// (CUDA_ERROR_NOT_READY on CUDA). Wait for it (Synchronize) first.
+var ErrNotReady = plugin.ErrNotReady
+
 // NewEvent creates an event on d; timing events can be timed with Elapsed
 // (and cost a little more to record on CUDA).
 func (d *Device) NewEvent(timing bool) (*Event, error) {
@@ -249,14 +253,17 @@ func (e *Event) wait(what string) error {
 	return errors.Join(err, e.leave())
 }
 
-// Elapsed is the time from start's completion to end's (cuEventElapsedTime,
-// about half a microsecond of resolution; on HSA the end timestamps of the
-// events' marker copies): both recorded, complete, timing events of one
-// device (CUDA: "cudaEventElapsedTime() will fail if the two input events
-// are associated to different devices"; the clocks of two devices are not
-// one clock). An event not recorded is ErrNotRecorded, one not complete yet
-// an error from the driver (CUDA_ERROR_NOT_READY); events of two devices
-// are ErrInvalidArgument; a driver that cannot time is
+// Elapsed is the time from start's completion to end's (CUDA:
+// cuEventElapsedTime, about half a microsecond of resolution; HSA: the
+// completion timestamps of the events' marker copies, from the runtime's
+// async copy profiling, which a timing event turns on for the process):
+// both recorded, complete, timing events of one device (CUDA:
+// "cudaEventElapsedTime() will fail if the two input events are associated
+// to different devices"; the clocks of two devices are not one clock). It
+// is negative if end completed first. An event not recorded is
+// ErrNotRecorded, one not complete yet ErrNotReady, events of two devices
+// or without timing ErrInvalidArgument; a runtime that cannot time (an HSA
+// runtime without hsa_amd_profiling_get_async_copy_time) is
 // errors.ErrUnsupported.
 func Elapsed(start, end *Event) (_ time.Duration, err error) {
 	if start == nil || end == nil || start.impl == nil || end.impl == nil {

@@ -189,7 +189,7 @@ func (p *pipeline) timeCopy(s *stage) {
 	}
 	d, err := target.Elapsed(s.began, s.copied)
 	if err != nil {
-		p.timed = false // HSA here: no timing
+		p.timed = false // a runtime that cannot time events (errors.ErrUnsupported)
 		return
 	}
 	p.h2d += d

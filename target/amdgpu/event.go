@@ -18,8 +18,24 @@ import (
 // Another queue waits for it without blocking the host by chaining a
 // marker of its own that depends on both its last signal and the event's
 // (hsa_amd_memory_async_copy's dependent signals), which its later copies
-// depend on. The driver gives no timestamps for these copies here, so
-// Elapsed is errors.ErrUnsupported.
+// depend on.
+//
+// Timing: ROCr times async copies. "The runtime will provide the copy
+// processing start timestamp and completion timestamp of each call to
+// hsa_amd_memory_async_copy if the async copy profiling is enabled prior
+// to the call ... The completion signal object is used to hold the last
+// async copy start and end timestamp" (hsa_ext_amd.h,
+// hsa_amd_profiling_async_copy_enable), in "the HSA system clock domain"
+// (hsa_amd_profiling_get_async_copy_time), whose ticks per second
+// hsa_system_get_info(HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY) gives. A timing
+// event's marker completes a signal of its own, so Elapsed is the
+// difference of the two markers' completion timestamps. The switch is the
+// process's, not counted (ROCr sets a flag on every GPU agent): NewEvent
+// turns it on for a timing event and nothing here turns it off, since
+// another user of the runtime (a profiler, an OMPT tool, a second timing
+// event) may count on it; every async copy of the process then carries
+// timestamps, a small cost per copy. If another user turns it off, markers
+// recorded meanwhile carry none and Elapsed says so.
 //
 // An event's signal is shared by the event and the queue entries that
 // complete it or depend on it (sharedSig): the runtime reads a dependency
@@ -147,8 +163,9 @@ func (q *queue) marker(own, dep *sharedSig) error {
 	return nil
 }
 
-// NewEvent creates an event; timing is accepted, but Elapsed is not
-// supported.
+// NewEvent creates an event. A timing event turns the runtime's async copy
+// profiling on (see above) where the runtime has it; where it has not, the
+// event is made and Elapsed says errors.ErrUnsupported.
 func (d *device) NewEvent(timing bool) (plugin.EventImpl, error) {
 	d.mu.Lock()
 	closed := d.closed
@@ -156,13 +173,19 @@ func (d *device) NewEvent(timing bool) (plugin.EventImpl, error) {
 	if closed {
 		return nil, d.errorf(ErrClosed, "new event")
 	}
-	return &event{d: d}, nil
+	if timing && d.fn.copyProfEnable != 0 && d.fn.copyTime != 0 {
+		if err := d.fn.status("hsa_amd_profiling_async_copy_enable", d.fn.copyProfEnable, 1); err != nil {
+			return nil, d.errorf(err, "new timing event")
+		}
+	}
+	return &event{d: d, timing: timing}, nil
 }
 
 type event struct {
-	d  *device
-	mu sync.Mutex
-	s  *sharedSig // the latest record's signal; nil before the first
+	d      *device
+	timing bool
+	mu     sync.Mutex
+	s      *sharedSig // the latest record's signal; nil before the first
 }
 
 func (e *event) queue(q plugin.QueueImpl, what string) (*queue, error) {
@@ -251,9 +274,62 @@ func (e *event) Synchronize() error {
 	return s.release(e.d.fn)
 }
 
-func (e *event) Elapsed(plugin.EventImpl) (time.Duration, error) {
-	return 0, e.d.errorf(fmt.Errorf("elapsed time between events: %w (no copy timestamps on HSA here)", errors.ErrUnsupported), "events")
+// copyTime is hsa_amd_profiling_get_async_copy_time's answer.
+type copyTime struct{ start, end uint64 }
+
+// Elapsed is the time from start's marker completing to e's, from the
+// markers' copy timestamps: both timing events of this device, recorded
+// and complete (else plugin.ErrNotReady).
+func (e *event) Elapsed(start plugin.EventImpl) (_ time.Duration, err error) {
+	s, ok := start.(*event)
+	switch {
+	case !ok:
+		return 0, e.d.errorf(ErrInvalid, "elapsed time from another plugin's event")
+	case s.d != e.d:
+		return 0, e.d.errorf(ErrInvalid, "elapsed time from an event of amdgpu device %d: events of two devices", s.d.index)
+	case !s.timing || !e.timing:
+		return 0, e.d.errorf(ErrInvalid, "elapsed time: an event created without timing")
+	}
+	fn := e.d.fn
+	if fn.copyTime == 0 || fn.copyProfEnable == 0 {
+		return 0, e.d.errorf(errors.ErrUnsupported, "elapsed time: the HSA runtime has no hsa_amd_profiling_get_async_copy_time")
+	}
+	ss, es := s.hold(), e.hold()
+	for _, h := range []*sharedSig{ss, es} {
+		if h != nil {
+			defer func() { err = errors.Join(err, h.release(fn)) }()
+		}
+	}
+	if ss == nil || es == nil {
+		return 0, e.d.errorf(ErrInvalid, "elapsed time: an event never recorded")
+	}
+	if !fn.done(ss.sig) || !fn.done(es.sig) {
+		return 0, e.d.errorf(plugin.ErrNotReady, "elapsed time")
+	}
+	var t0, t1 copyTime
+	if err := fn.status("hsa_amd_profiling_get_async_copy_time", fn.copyTime, uintptr(ss.sig), uintptr(unsafe.Pointer(&t0))); err != nil {
+		return 0, e.d.errorf(err, "elapsed time")
+	}
+	if err := fn.status("hsa_amd_profiling_get_async_copy_time", fn.copyTime, uintptr(es.sig), uintptr(unsafe.Pointer(&t1))); err != nil {
+		return 0, e.d.errorf(err, "elapsed time")
+	}
+	if t0.end == 0 || t1.end == 0 {
+		return 0, e.d.errorf(errors.ErrUnsupported, "elapsed time: a marker carries no copy timestamps (async copy profiling was turned off in the process, hsa_amd_profiling_async_copy_enable(false), when it was recorded)")
+	}
+	var freq uint64
+	if err := fn.status("hsa_system_get_info", fn.systemGetInfo, systemInfoTimestampFrequency, uintptr(unsafe.Pointer(&freq))); err != nil {
+		return 0, e.d.errorf(err, "elapsed time")
+	}
+	if freq == 0 {
+		return 0, e.d.errorf(errors.ErrUnsupported, "elapsed time: the runtime reports a timestamp frequency of 0")
+	}
+	ticks := int64(t1.end - t0.end) // negative if e completed first, as cuEventElapsedTime's
+	return time.Duration(float64(ticks) * 1e9 / float64(freq)), nil
 }
+
+// systemInfoTimestampFrequency is HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY
+// (hsa.h, hsa_system_info_t): a uint64_t, ticks per second.
+const systemInfoTimestampFrequency = 3
 
 func (e *event) Destroy() error {
 	e.mu.Lock()

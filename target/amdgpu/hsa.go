@@ -184,6 +184,7 @@ type syms struct {
 	poolAllocate, poolFree, allowAccess, memLock, memUnlock          uintptr
 	pointerInfo, signalCreate, signalDestroy, signalLoad, signalWait uintptr
 	memAsyncCopy, agentPoolGetInfo                                   uintptr
+	copyProfEnable, copyTime                                         uintptr // optional: async copy timestamps (event.go)
 }
 
 func (s *syms) table() []loader.Symbol {
@@ -207,6 +208,8 @@ func (s *syms) table() []loader.Symbol {
 		{Name: "hsa_signal_wait_scacquire", Addr: &s.signalWait},
 		{Name: "hsa_amd_memory_async_copy", Addr: &s.memAsyncCopy},
 		{Name: "hsa_amd_agent_memory_pool_get_info", Addr: &s.agentPoolGetInfo, Optional: true},
+		{Name: "hsa_amd_profiling_async_copy_enable", Addr: &s.copyProfEnable, Optional: true},
+		{Name: "hsa_amd_profiling_get_async_copy_time", Addr: &s.copyTime, Optional: true},
 	}
 }
 

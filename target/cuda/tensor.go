@@ -95,9 +95,14 @@ func (e *devEvent) Elapsed(start plugin.EventImpl) (time.Duration, error) {
 		return 0, fmt.Errorf("%v: cuEventElapsedTime missing in %s: %w", e.d, e.d.drv.lib.Path, errors.ErrUnsupported)
 	}
 	var ms uint32 // a float, written by the driver
+	var r result
 	if err := e.d.withCtx("cuEventElapsedTime", func() result {
-		return call(e.d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), s.ev, e.ev)
+		r = call(e.d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), s.ev, e.ev)
+		return r
 	}); err != nil {
+		if r == cudaErrorNotReady {
+			return 0, fmt.Errorf("%w: %w", plugin.ErrNotReady, err)
+		}
 		return 0, err
 	}
 	return time.Duration(float64(math.Float32frombits(ms)) * float64(time.Millisecond)), nil

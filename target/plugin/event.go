@@ -1,6 +1,13 @@
 package plugin
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrNotReady is wrapped by EventImpl.Elapsed when an event's work has not
+// completed yet (CUDA_ERROR_NOT_READY; on HSA a marker signal not yet 0).
+var ErrNotReady = errors.New("event not complete yet")
 
 // Eventer is implemented by an Impl whose queues record events (CUDA
 // events; on HSA a signal that completes after the queue's earlier work).
@@ -29,9 +36,9 @@ type EventImpl interface {
 	// Synchronize blocks until the captured work has completed.
 	Synchronize() error
 	// Elapsed is the time between start's completion and this event's
-	// (cuEventElapsedTime); both must be recorded, complete and timing
-	// events of this plugin. errors.ErrUnsupported where the driver cannot
-	// time.
+	// (cuEventElapsedTime); both must be recorded, complete (else an error
+	// wrapping ErrNotReady) and timing events of this device.
+	// errors.ErrUnsupported where the driver cannot time.
 	Elapsed(start EventImpl) (time.Duration, error)
 	// Destroy releases the event; pending waits on it stay valid.
 	Destroy() error

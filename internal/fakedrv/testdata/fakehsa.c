@@ -270,6 +270,8 @@ struct sig {
     int live;
     int64_t value;
     int waiters; /* threads in hsa_signal_wait_scacquire on it */
+    bool copied;                /* the completion signal of an async copy (ROCr: async_copy_agent set) */
+    uint64_t start_ts, end_ts;  /* the last profiled copy's timestamps, system domain */
     struct sig *next_free;
 };
 #define SLAB 1024
@@ -286,6 +288,7 @@ struct job {
     struct sig **deps;
     struct timespec due;
     bool running; /* taken by an engine: its dependencies were all 0 */
+    bool profiled; /* submitted while hsa_amd_profiling_async_copy_enable(true) held */
     struct job *next;
 };
 
@@ -294,6 +297,7 @@ static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER; /* a signal changed */
 static pthread_cond_t job_cv; /* a job was queued or completed (CLOCK_MONOTONIC, init_engines) */
 
 static int refs;
+static bool copy_profiling; /* hsa_amd_profiling_async_copy_enable */
 static int nagents;
 static struct agent agents[MAX_AGENTS];
 static int npools;
@@ -567,18 +571,20 @@ hsa_status_t hsa_status_string(hsa_status_t status, const char **status_string) 
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
 
+/* now_ns is the HSA system clock here: HSA_SYSTEM_INFO_TIMESTAMP's. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 hsa_status_t hsa_system_get_info(int attribute, void *value) {
     ENTER("hsa_system_get_info");
     if (value == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
     switch (attribute) {
     case HSA_SYSTEM_INFO_VERSION_MAJOR: *(uint16_t *)value = 1; return HSA_STATUS_SUCCESS;
     case HSA_SYSTEM_INFO_VERSION_MINOR: *(uint16_t *)value = 1; return HSA_STATUS_SUCCESS;
-    case HSA_SYSTEM_INFO_TIMESTAMP: {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        *(uint64_t *)value = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-        return HSA_STATUS_SUCCESS;
-    }
+    case HSA_SYSTEM_INFO_TIMESTAMP: *(uint64_t *)value = now_ns(); return HSA_STATUS_SUCCESS;
     case HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY: *(uint64_t *)value = 1000000000ull; return HSA_STATUS_SUCCESS;
     }
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
@@ -961,6 +967,8 @@ hsa_status_t hsa_signal_create(hsa_signal_value_t initial_value, uint32_t num_co
     struct sig *g = free_sigs;
     free_sigs = g->next_free;
     g->live = 1;
+    g->copied = false;
+    g->start_ts = g->end_ts = 0;
     __atomic_store_n(&g->value, initial_value, __ATOMIC_RELEASE);
     live_sigs++;
     pthread_mutex_unlock(&mu);
@@ -1179,9 +1187,14 @@ static void *worker(void *arg) {
         j->running = true;
         pthread_mutex_unlock(&mu);
 
+        uint64_t t0 = now_ns();
         if (j->size > 0) memmove(j->dst, j->src, j->size);
 
         pthread_mutex_lock(&mu);
+        if (j->profiled) { /* written before the signal says done */
+            j->done->start_ts = t0;
+            j->done->end_ts = now_ns();
+        }
         __atomic_fetch_sub(&j->done->value, 1, __ATOMIC_ACQ_REL);
         struct job **pp = &jobs_head, *prev = NULL;
         while (*pp != j) {
@@ -1234,6 +1247,8 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
     }
     j->ndeps = (int)num_dep_signals;
     j->size = size;
+    j->profiled = copy_profiling;
+    j->done->copied = true;
     clock_gettime(CLOCK_MONOTONIC, &j->due);
     j->due.tv_sec += delay_us / 1000000;
     j->due.tv_nsec += (delay_us % 1000000) * 1000;
@@ -1267,6 +1282,56 @@ hsa_status_t hsa_amd_memory_async_copy(void *dst, hsa_agent_t dst_agent, const v
     pthread_cond_broadcast(&job_cv);
     pthread_mutex_unlock(&mu);
     return HSA_STATUS_SUCCESS;
+}
+
+/* ---- async copy profiling ----
+ *
+ * hsa_ext_amd.h, hsa_amd_profiling_async_copy_enable: "The runtime will
+ * provide the copy processing start timestamp and completion timestamp of
+ * each call to hsa_amd_memory_async_copy if the async copy profiling is
+ * enabled prior to the call to hsa_amd_memory_async_copy. The completion
+ * signal object is used to hold the last async copy start and end
+ * timestamp." ROCr (hsa_ext_amd.cpp) sets a flag on every GPU agent; it is
+ * one switch for the process, not counted: a disable by anyone ends it for
+ * all. So here: one flag, sampled by each copy when it is submitted; a
+ * profiled copy writes its start and end into its completion signal before
+ * the signal is decremented; a copy not profiled leaves the signal's
+ * timestamps as they were (0 for a new signal).
+ *
+ * hsa_amd_profiling_get_async_copy_time: "Async copy processing timestamps
+ * in the HSA system clock domain" (HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY
+ * ticks: nanoseconds of CLOCK_MONOTONIC here); HSA_STATUS_ERROR_INVALID_SIGNAL
+ * for an invalid signal, HSA_STATUS_ERROR_INVALID_ARGUMENT for a NULL time;
+ * and, as ROCr does when the signal never was a copy's completion signal
+ * (its async_copy_agent() is null), HSA_STATUS_ERROR. Nothing promises the
+ * timestamps before the copy completed: the fake then reports what the
+ * signal holds. */
+hsa_status_t hsa_amd_profiling_async_copy_enable(bool enable) {
+    ENTER("hsa_amd_profiling_async_copy_enable");
+    pthread_mutex_lock(&mu);
+    copy_profiling = enable;
+    pthread_mutex_unlock(&mu);
+    return HSA_STATUS_SUCCESS;
+}
+
+typedef struct {
+    uint64_t start, end;
+} hsa_amd_profiling_async_copy_time_t;
+
+hsa_status_t hsa_amd_profiling_get_async_copy_time(hsa_signal_t signal, hsa_amd_profiling_async_copy_time_t *time) {
+    ENTER("hsa_amd_profiling_get_async_copy_time");
+    if (time == NULL) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&mu);
+    struct sig *g = sig_of(signal);
+    hsa_status_t st = HSA_STATUS_SUCCESS;
+    if (g == NULL) st = HSA_STATUS_ERROR_INVALID_SIGNAL;
+    else if (!g->copied) st = HSA_STATUS_ERROR;
+    else {
+        time->start = g->start_ts;
+        time->end = g->end_ts;
+    }
+    pthread_mutex_unlock(&mu);
+    return st;
 }
 
 /* Synchronous; unlike async copies it also takes plain host memory, as the

@@ -43,7 +43,8 @@ const (
 
 // Result is the line "pipeline: {...}" the example prints, for scripts.
 // Bandwidths are in GB/s (1e9 bytes); H2D, PeakH2D and OfPeak are absent
-// where the driver times no events (HSA here).
+// where the driver times no events (an HSA runtime without async copy
+// profiling).
 type Result struct {
 	Device      string  `json:"device"`
 	Pinned      bool    `json:"pinned"` // the host buffers are pinned for the device

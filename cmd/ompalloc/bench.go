@@ -14,15 +14,16 @@ import (
 	"github.com/ompalloc/ompalloc/target"
 )
 
-const benchUsage = `Usage: ompalloc bench [--full] [--json] [--svg FILE] [--time D] [--repeat N] [--sizes LIST] [--regions LIST] [--device N] [--quiet]
+const benchUsageText = `
 
 Measures, on this machine, what deciding whether to pin needs:
   alloc_free    alloc+free of one block per allocator (default, align64,
                 pinned) and size (64 B .. 64 MiB), wall time per pair
   alloc_goroutines  alloc+free of 64 B in 1..16 goroutines at once: the CPU
                 time per pair (flat means no cost that grows with goroutines)
-  block_memory  resident bytes per block with up to 1,000,000 live, ompalloc
-                and libc malloc, 16 B .. 4 KiB
+  block_memory  resident bytes per block with up to 1,000,000 live (256 MiB;
+                less with a --time under 40ms, down to 16 MiB), ompalloc and
+                libc malloc, 16 B .. 4 KiB
   lock_size     lock+unlock of a fresh range against its size, through the
                 host device (mlock) and, with a GPU, the GPU's driver
   lock_regions  with N ranges locked: lock+unlock of a contained sub-range
@@ -53,6 +54,9 @@ with a GPU; the README's figures come from it. A table is printed at the end (JS
 then the transfer goals, met or missed; --svg also draws every group as a
 chart, with error bars from the slowest to the fastest run. Progress goes
 to stderr: a bar on a terminal, else one line per case (--quiet: none).
+--groups h2d,d2h (any of the groups above) measures only those; with
+--time 1ms --repeat 1 the whole run takes seconds (a figure per case, its
+spread not known).
 
 Flags:
 `
@@ -132,7 +136,8 @@ type benchConfig struct {
 	quiet    bool
 	sizes    []int64 // nil: each group's default
 	regions  []int64
-	device   int // -1: the first accelerator
+	device   int             // -1: the first accelerator
+	groups   map[string]bool // --groups; nil: every group
 	progress io.Writer
 	lines    io.Writer // one line per case where progress has no terminal
 }
@@ -209,7 +214,7 @@ func benchFlags() (*flag.FlagSet, *benchConfig) {
 	fs.BoolVar(&c.asJSON, "json", false, "write JSON instead of the table")
 	fs.StringVar(&c.svg, "svg", "", "also write a chart of the results to `FILE` (SVG)")
 	fs.BoolVar(&c.full, "full", false, "the fuller run: every group at every power of 4, 200ms per run (minutes)")
-	fs.DurationVar(&c.perCase, "time", 0, "measuring time per run of a case, as a Go `duration` (default 40ms; 200ms with --full)")
+	fs.DurationVar(&c.perCase, "time", 0, "measuring time per run of a case, a Go duration `D` like 10ms (default 40ms; 200ms with --full)")
 	fs.IntVar(&c.repeat, "repeat", defaultRuns, "`N` runs per case: the median is the figure, the fastest and slowest its spread")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress on stderr")
 	fs.Var(listFlag{&c.sizes, parseSize, ""}, "sizes",
@@ -218,8 +223,16 @@ func benchFlags() (*flag.FlagSet, *benchConfig) {
 			"with --full every power of 4: 64 B..64 MiB, transfers 4 KiB..1 GiB)")
 	fs.Var(listFlag{&c.regions, parseCount, "100,10000,100000"}, "regions", "numbers of locked regions for lock_regions, a `LIST`")
 	fs.IntVar(&c.device, "device", -1, "device `N` for the transfer groups (default: the first accelerator;\nthe host's number measures host memcpy)")
+	fs.Var(groupsFlag{&c.groups}, "groups", "measure only these groups, a comma-separated `LIST` like h2d,d2h (default: every group)")
 	return fs, c
 }
+
+// benchUsage is bench's help: its synopsis, generated from its flags, and
+// the text.
+var benchUsage = func() string {
+	fs, _ := benchFlags()
+	return "Usage: ompalloc bench " + synopsis(fs, len("Usage: ompalloc bench "), 78) + "\n" + benchUsageText
+}()
 
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs, c := benchFlags()
@@ -323,21 +336,30 @@ func runBenchmarks(c *benchConfig) *BenchReport {
 	if c.full {
 		rep.Mode = "full"
 	}
-	var sections []*benchSection
-	pinHuge, skip := pinHugeSection(c)
-	if skip != nil {
-		rep.Skipped = append(rep.Skipped, *skip)
+	sections := []*benchSection{allocSection(c), goroutinesSection(c), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
+		partitionSection()}
+	if c.wants("pin_huge") {
+		pinHuge, skip := pinHugeSection(c)
+		if skip != nil {
+			rep.Skipped = append(rep.Skipped, *skip)
+		}
+		sections = append(sections, pinHuge)
 	}
-	sections = append(sections, allocSection(c), goroutinesSection(c), blockMemorySection(c), lockSizeSection(c), lockRegionsSection(c),
-		partitionSection(), pinHuge)
-	if gpu, why := pickDevice(c); gpu != nil {
+	if !c.wantsGPU() {
+		// --groups without a transfer group: no device is looked for.
+	} else if gpu, why := pickDevice(c); gpu != nil {
 		in := gpu.Info()
 		rep.Device = &BenchDevice{Number: gpu.ID, Plugin: gpu.Plugin(), Name: in.Name, NUMANode: in.NUMANode}
 		sections = append(sections, transferSection(c, gpu, rep.Device), smallCopySection(c, gpu), deviceAllocSection(gpu, rep.Device))
 	} else {
-		for _, g := range []string{"h2d", "d2h", "small_copy", "device_alloc"} {
-			rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})
+		for _, g := range gpuGroups {
+			if c.wants(g) {
+				rep.Skipped = append(rep.Skipped, BenchSkip{Group: g, Reason: why})
+			}
 		}
+	}
+	for i, s := range sections {
+		sections[i] = c.keep(s)
 	}
 
 	total := 0

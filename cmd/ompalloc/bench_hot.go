@@ -104,7 +104,7 @@ func blockMemorySection(c *benchConfig) *benchSection {
 	for _, series := range []string{"ompalloc", "libc malloc"} {
 		for _, size := range c.pick(quickBlockMemorySizes, fullBlockMemorySizes) {
 			s.cases = append(s.cases, &benchCase{group: "block_memory", series: series, size: size,
-				perBlock: func() (float64, error) { return bytesPerBlockInChild(series, size) }})
+				perBlock: func() (float64, error) { return bytesPerBlockInChild(series, size, blockMemoryBudget(c)) }})
 		}
 	}
 	return s
@@ -138,13 +138,25 @@ func mallocFuncs() (malloc, free uintptr, err error) {
 // later figure of the same process too low.
 const blockMemoryChild = "__block-memory"
 
-func bytesPerBlockInChild(series string, size int64) (float64, error) {
+// blockMemoryBudget is the bytes of live blocks a block_memory child
+// allocates: 256 MiB (up to 1,000,000 blocks) at the default --time or
+// more, less for a shorter --time (down to 16 MiB at 2.5 ms), so that the
+// quick flags shorten this group too: it dominated a --time 1ms run.
+func blockMemoryBudget(c *benchConfig) uintptr {
+	const most, least = 256 << 20, 16 << 20
+	if c.perCase >= quickPerCase {
+		return most
+	}
+	return max(least, uintptr(float64(most)*float64(c.perCase)/float64(quickPerCase))) &^ (1<<20 - 1)
+}
+
+func bytesPerBlockInChild(series string, size int64, budget uintptr) (float64, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, fmt.Errorf("cannot run the measuring child: %w", err)
 	}
 	var out, errb bytes.Buffer
-	cmd := exec.Command(exe, blockMemoryChild, series, strconv.FormatInt(size, 10))
+	cmd := exec.Command(exe, blockMemoryChild, series, strconv.FormatInt(size, 10), strconv.FormatUint(uint64(budget), 10))
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return 0, fmt.Errorf("measuring child: %w: %s", err, strings.TrimSpace(errb.String()))
@@ -157,8 +169,13 @@ func bytesPerBlockInChild(series string, size int64) (float64, error) {
 }
 
 func runBlockMemoryChild(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintf(stderr, "%s: %s SERIES SIZE\n", programName, blockMemoryChild)
+	if len(args) != 3 {
+		fmt.Fprintf(stderr, "%s: %s SERIES SIZE BYTES\n", programName, blockMemoryChild)
+		return exitUsage
+	}
+	budget, err := strconv.ParseUint(args[2], 10, 40)
+	if err != nil || budget == 0 {
+		fmt.Fprintf(stderr, "%s: %s: bad byte budget %q\n", programName, blockMemoryChild, args[2])
 		return exitUsage
 	}
 	size, err := strconv.ParseUint(args[1], 10, 32)
@@ -166,7 +183,7 @@ func runBlockMemoryChild(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s: bad size %q\n", programName, blockMemoryChild, args[1])
 		return exitUsage
 	}
-	v, err := bytesPerBlock(args[0], uintptr(size))
+	v, err := bytesPerBlock(args[0], uintptr(size), uintptr(budget))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", programName, err)
 		return 1
@@ -175,8 +192,8 @@ func runBlockMemoryChild(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func bytesPerBlock(series string, size uintptr) (float64, error) {
-	n := max(1, min(1_000_000, int((256<<20)/max(size, 1))))
+func bytesPerBlock(series string, size, budget uintptr) (float64, error) {
+	n := max(1, min(1_000_000, int(budget/max(size, 1))))
 	ps := make([]uintptr, n)
 	for i := range ps { // the array is resident before the baseline
 		ps[i] = 1

@@ -19,14 +19,15 @@ const (
 	programName = "ompalloc"
 )
 
-const usageText = `ompalloc — what the OpenMP memory runtime sees on this machine, and how fast it is
+// usageText is the short help; the flags of each command are generated
+// from its flag set, so that none is left out.
+var usageText = `ompalloc — what the OpenMP memory runtime sees on this machine, and how fast it is
 
 Usage:
-  ompalloc info [--json]
+  ompalloc info ` + func() string { fs, _ := infoFlags(); return synopsis(fs, len("  ompalloc info "), 76) }() + `
       drivers, devices, memory spaces, allocators, OMP_ALLOCATOR,
       RLIMIT_MEMLOCK and VmLck, the pinned-bytes limit, registries
-  ompalloc bench [--json] [--svg FILE] [--time D] [--sizes LIST]
-                 [--regions LIST] [--device N]
+  ompalloc bench ` + func() string { fs, _ := benchFlags(); return synopsis(fs, len("  ompalloc bench "), 76) }() + `
       alloc+free cost, lock/unlock cost, and with a GPU transfer bandwidth
       and small-copy latency; a table, JSON, or an SVG chart
   ompalloc help [COMMAND]

@@ -211,10 +211,7 @@ func (e *Event) Synchronize(ctx context.Context) error {
 		return fmt.Errorf("synchronize an event: a nil event: %w", ErrInvalidArgument)
 	}
 	if ctx.Done() == nil {
-		if err := e.wait("synchronize an event"); err != nil {
-			return fmt.Errorf("device %d: %w", e.dev.ID, err)
-		}
-		return nil
+		return e.wait("synchronize an event")
 	}
 	return poll(ctx, e.Query)
 }
@@ -248,7 +245,7 @@ func (e *Event) wait(what string) error {
 		q.releaseBefore(limit)
 	}
 	if err != nil {
-		err = fmt.Errorf("%s: %w", what, err)
+		err = fmt.Errorf("device %d: %s: %w", e.dev.ID, what, err)
 	}
 	return errors.Join(err, e.leave())
 }

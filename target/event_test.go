@@ -3,6 +3,8 @@ package target
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +39,9 @@ func TestHostEvents(t *testing.T) {
 	require.NoError(t, end.Close())
 	require.NoError(t, end.Close(), "a second Close does nothing")
 	require.ErrorIs(t, end.Record(q), ErrInvalidArgument, "a closed event")
+	err = end.Synchronize(context.Background())
+	require.ErrorIs(t, err, ErrInvalidArgument, "a closed event")
+	require.Equal(t, 1, strings.Count(err.Error(), fmt.Sprintf("device %d", d.ID)), "the device named once: %v", err)
 }
 
 func TestEventUnsupportedAndMisuse(t *testing.T) {

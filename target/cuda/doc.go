@@ -9,7 +9,14 @@
 // used (Open), so one that cannot be opened (compute mode PROHIBITED, out of
 // memory) stays listed under its ordinal and fails alone. Before the retain
 // activates it, the primary context gets CU_CTX_SCHED_BLOCKING_SYNC (or what
-// OMPALLOC_CUDA_SCHED chooses) unless something else activated it first.
+// OMPALLOC_CUDA_SCHED chooses) unless something else activated it first;
+// events the host may wait for are CU_EVENT_BLOCKING_SYNC under the blocking
+// choice, so that cuEventSynchronize sleeps too (the reference ties an
+// event's blocking wait to that event flag), and CU_EVENT_DISABLE_TIMING
+// unless they time. An
+// event is recorded on a stream of its own device (the driver refuses
+// another context's with CUDA_ERROR_INVALID_HANDLE) and timed against an
+// event of the same device only.
 // Every driver call that needs a context runs on a locked OS thread with that
 // context pushed (cuCtxPushCurrent_v2) and popped afterwards, since the
 // driver's current context is per OS thread and the caller's own context

@@ -37,7 +37,7 @@ func exported(t *testing.T, root string) (map[string]map[string]bool, []string) 
 		}
 		files, _ := filepath.Glob(filepath.Join(path, "*.go"))
 		names := map[string]bool{}
-		nonTest := 0
+		nonTest, commands := 0, 0
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
@@ -45,6 +45,10 @@ func exported(t *testing.T, root string) (map[string]map[string]bool, []string) 
 			nonTest++
 			af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.SkipObjectResolution)
 			require.NoError(t, err)
+			if af.Name.Name == "main" {
+				commands++ // a command: no program can import it
+				continue
+			}
 			for _, decl := range af.Decls {
 				switch decl := decl.(type) {
 				case *ast.FuncDecl:
@@ -97,7 +101,7 @@ func exported(t *testing.T, root string) (map[string]map[string]bool, []string) 
 		if len(files) > 0 && nonTest == 0 {
 			testOnly = append(testOnly, rel)
 		}
-		if nonTest > 0 {
+		if nonTest > commands {
 			pkgs[rel] = names
 		}
 		return nil

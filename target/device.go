@@ -256,5 +256,10 @@ func (d *Device) close() error {
 	if err := d.impl.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("device %d: close: %w", d.ID, err))
 	}
+	// Queues closed after a failed wait held what their work used: with the
+	// device closed (its context released) that work can no longer run.
+	for q := range queues {
+		q.releaseHeld()
+	}
 	return errors.Join(errs...)
 }

@@ -33,7 +33,7 @@ type fakeImpl struct {
 
 	failHostAlloc atomic.Bool
 	failLock      atomic.Bool
-	failSync      atomic.Bool // queues' Synchronize fails (Destroy still waits)
+	failSync      atomic.Bool // queues' Synchronize fails (Destroy then returns at once, its work still queued)
 	failQuery     atomic.Bool // queues' Query fails
 
 	gateMu sync.Mutex
@@ -50,6 +50,7 @@ type fakeImpl struct {
 	pinnedCopies           int // copies whose host side was pinned memory
 	freedReads             int // copies that read a freed buffer
 	closed                 bool
+	queues                 []*fakeQueue
 }
 
 type fakeAlloc struct {
@@ -226,10 +227,27 @@ func (f *fakeImpl) NewQueue() (plugin.QueueImpl, error) {
 	q := &fakeQueue{f: f}
 	q.cond = sync.NewCond(&q.mu)
 	go q.work()
+	f.mu.Lock()
+	f.queues = append(f.queues, q)
+	f.mu.Unlock()
 	return q, nil
 }
 
+// Close first lets every queue's worker finish (a queue destroyed after a
+// failed wait may still have copies queued), as a driver ends a context's
+// work before its memory goes.
 func (f *fakeImpl) Close() error {
+	f.mu.Lock()
+	qs := f.queues
+	f.queues = nil
+	f.mu.Unlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		for len(q.ops) > 0 {
+			q.cond.Wait()
+		}
+		q.mu.Unlock()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, _ := loader.C()
@@ -323,15 +341,23 @@ func (q *fakeQueue) Synchronize() error {
 	return nil
 }
 
+// Destroy waits for the queue's work, unless its wait fails (failSync):
+// then, as the CUDA plugin over cuStreamDestroy, it returns the error at
+// once and the worker performs the queued copies afterwards; Query and
+// Synchronize still answer for them.
 func (q *fakeQueue) Destroy() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.ops) > 0 {
+	var err error
+	if q.f.failSync.Load() {
+		err = fmt.Errorf("fake synchronize before destroy: %w", errInjected)
+	}
+	for err == nil && len(q.ops) > 0 {
 		q.cond.Wait()
 	}
 	q.stopped = true
 	q.cond.Broadcast()
-	return nil
+	return err
 }
 
 // fakePlugin offers impls, or fails Init with err.

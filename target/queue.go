@@ -33,6 +33,13 @@ type Queue struct {
 	pending []pending // in the order handed over
 	seq     uint64    // the seq of the next pending entry
 	closed  bool
+	// held: closed after a failed synchronize, with pending entries the
+	// vendor queue's work may still use. The queue stays in its device's
+	// set until a Close, Query through freeAfterUse, or Shutdown finds the
+	// work done (or the device closed): until then nothing it holds is
+	// released, and a free of memory its copies use waits for it.
+	held    bool
+	heldErr error // the failed synchronize
 
 	// issued counts the work issued on impl; done is issued as it was
 	// before the latest Synchronize or Query that found the work done. A
@@ -184,13 +191,25 @@ func (q *Queue) queryAndReleaseLocked() (bool, error) {
 	issued := q.issued.Load()
 	ok, err := q.impl.Query()
 	var done []pending
+	forget := false
 	if err == nil && ok {
 		q.markDone(issued)
 		done = q.takeLocked(q.seq)
+		forget, q.held = q.held, false
 	}
 	q.mu.Unlock()
 	q.dev.release(done)
+	if forget {
+		q.dev.forgetQueue(q)
+	}
 	return ok, err
+}
+
+// forgetQueue drops q from d's open queues.
+func (d *Device) forgetQueue(q *Queue) {
+	d.qmu.Lock()
+	delete(d.queues, q)
+	d.qmu.Unlock()
 }
 
 // recycleIfDone releases what the queue holds when its work is done; a
@@ -222,37 +241,115 @@ func (q *Queue) takeLocked(limit uint64) []pending {
 }
 
 // Close waits for the queue's work, releases what it held and destroys it.
+//
+// When the wait fails, the work is not known to be done: the driver may
+// still run it (cuStreamSynchronize "may also return error codes from
+// previous, asynchronous launches"). Close then destroys the vendor queue
+// all the same (cuStreamDestroy returns at once and releases the stream
+// once its work completed) but keeps what that work uses — staging
+// buffers, transfer locks, the host ranges of pinned copies (a free of
+// them waits) and the functions FreeAfter deferred — and returns the wait's
+// error with ErrWorkPending. A later Close waits again and releases them
+// once the work is known done (nil then); Shutdown releases them once the
+// device is closed. Closing a queue that holds nothing is a no-op.
 func (q *Queue) Close() error {
 	err := q.destroy()
-	q.dev.qmu.Lock()
-	delete(q.dev.queues, q)
-	q.dev.qmu.Unlock()
+	q.mu.Lock()
+	held := q.held
+	q.mu.Unlock()
+	if !held {
+		q.dev.forgetQueue(q)
+	}
 	return err
 }
 
-// destroy destroys the vendor queue (which waits for work in flight) and
-// releases everything pending, whatever the outcome.
+// destroy waits for the queue's work, destroys the vendor queue and
+// releases everything pending when the wait succeeded; otherwise it keeps
+// the pending entries (held). On a held queue it waits again.
 func (q *Queue) destroy() error {
 	q.mu.Lock()
 	if q.closed {
+		held := q.held
 		q.mu.Unlock()
-		return nil
+		if !held {
+			return nil
+		}
+		return q.waitHeld()
 	}
 	q.closed = true
 	q.mu.Unlock()
 
 	q.life.Lock() // no issue, no wait in progress
-	err := q.impl.Destroy()
+	issued := q.issued.Load()
+	syncErr := q.impl.Synchronize()
+	err := q.impl.Destroy() // destroys it also when its own wait fails
 	q.life.Unlock()
-
+	if err != nil {
+		err = fmt.Errorf("device %d: destroy queue: %w", q.dev.ID, err)
+	}
+	if syncErr != nil {
+		syncErr = fmt.Errorf("device %d: close queue: synchronize: %w", q.dev.ID, syncErr)
+		q.mu.Lock()
+		n := len(q.pending)
+		if n > 0 {
+			q.held, q.heldErr = true, syncErr
+		}
+		q.mu.Unlock()
+		if n > 0 {
+			return errors.Join(q.heldError(n, syncErr), err)
+		}
+		return errors.Join(syncErr, err)
+	}
+	q.markDone(issued)
 	q.mu.Lock()
 	done := q.takeLocked(q.seq)
 	q.mu.Unlock()
 	q.dev.release(done)
-	if err != nil {
-		return fmt.Errorf("device %d: destroy queue: %w", q.dev.ID, err)
+	return err
+}
+
+// heldError says what a queue closed after a failed wait keeps, and why.
+func (q *Queue) heldError(n int, cause error) error {
+	return fmt.Errorf("%w: %w; %d staging buffers, transfer locks, host ranges in use or deferred frees are kept until a Close finds the work done, or Shutdown",
+		cause, ErrWorkPending, n)
+}
+
+// waitHeld waits again for the work of a queue closed after a failed wait
+// (the vendor queue answers for its work after Destroy) and releases what
+// it held once that work is known done.
+func (q *Queue) waitHeld() error {
+	issued := q.issued.Load()
+	if err := q.impl.Synchronize(); err != nil {
+		q.mu.Lock()
+		n := len(q.pending)
+		still := q.held && n > 0
+		q.mu.Unlock()
+		if !still {
+			return nil // released meanwhile
+		}
+		return q.heldError(n, fmt.Errorf("device %d: close queue: synchronize: %w", q.dev.ID, err))
 	}
+	q.markDone(issued)
+	q.mu.Lock()
+	done := q.takeLocked(q.seq)
+	q.held = false
+	q.mu.Unlock()
+	q.dev.release(done)
 	return nil
+}
+
+// releaseHeld releases what a queue closed after a failed wait still holds,
+// once its device is closed (its work can no longer run).
+func (q *Queue) releaseHeld() {
+	q.mu.Lock()
+	if !q.held {
+		q.mu.Unlock()
+		return
+	}
+	done := q.takeLocked(q.seq)
+	q.held = false
+	q.mu.Unlock()
+	q.dev.release(done)
 }
 
 // release returns staging buffers to the pool, unlocks host buffers locked
@@ -348,7 +445,7 @@ func freeAfterUse(p, n uintptr, free func()) bool {
 	}
 	for _, q := range users {
 		q.mu.Lock()
-		if q.closed || !q.usesLocked(p, n) {
+		if (q.closed && !q.held) || !q.usesLocked(p, n) {
 			q.mu.Unlock()
 			continue
 		}
@@ -430,3 +527,8 @@ func (q *Queue) usesLocked(p, n uintptr) bool {
 
 // ErrQueueClosed: an operation on a queue after Close.
 var ErrQueueClosed = errors.New("queue closed")
+
+// ErrWorkPending: Close could not learn that the queue's work is done (its
+// synchronize failed); what the work uses is kept until a later Close finds
+// it done, or Shutdown.
+var ErrWorkPending = errors.New("queue work not known done")

@@ -69,6 +69,9 @@ var (
 	ErrNotAllocated = errors.New("not allocated by this device")
 	// ErrClosed: the device or queue was closed.
 	ErrClosed = errors.New("closed")
+	// ErrWorkPending: the work of a queue destroyed after a failed wait is
+	// not known to be done yet (Queue.Query, Queue.Synchronize).
+	ErrWorkPending = errors.New("work of a destroyed queue not known done")
 	// ErrNotInitialised: Devices or Status before Init.
 	ErrNotInitialised = errors.New("CUDA plugin not initialised")
 )

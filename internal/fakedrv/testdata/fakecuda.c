@@ -108,6 +108,9 @@
  *           (1 = the first); 0 or absent = fail every call
  *     CODE  the CUresult returned (decimal; default 999 CUDA_ERROR_UNKNOWN)
  *   e.g. FAKECUDA_FAIL=cuMemHostRegister:3=2,cuInit=100
+ *   An injected failure changes nothing in the fake's state, except that
+ *   an injected cuStreamSynchronize failure returns at once with the
+ *   stream's work still pending (as a real error of an earlier launch may).
  *
  * Test hooks (not in the real driver):
  *   long fakecuda_calls(const char *name)  calls of name so far (without _v2)
@@ -1627,12 +1630,16 @@ API CUresult cuStreamDestroy_v2(CUstream s) {
 API CUresult cuStreamSynchronize(CUstream s) {
 	CUresult e = enter("cuStreamSynchronize");
 	if (e != CUDA_SUCCESS) {
-		/* An injected failure is reported once the stream's work ended, as
-		   a real error (a fault in the stream's work) would be: a destroyed
-		   stream's copies run on after cuStreamDestroy, and a caller told
-		   the wait failed cannot wait any longer before freeing memory. */
-		if (ready() == CUDA_SUCCESS && !is_null_stream(s) && live_stream(s))
-			stream_wait(s);
+		/* An injected failure returns at once, the stream's work still
+		   pending. cuStreamSynchronize: "Waits until the device has
+		   completed all operations in the stream [...]. Note that this
+		   function may also return error codes from previous, asynchronous
+		   launches." A failed wait promises nothing about the work: it may
+		   still run (and read or write its memory) after the call, also
+		   after cuStreamDestroy, which "will return immediately and the
+		   resources associated with hStream will be released automatically
+		   once the device has completed all work in hStream". A caller
+		   that frees what the work uses on a failed wait is caught. */
 		return e;
 	}
 	if (ready())

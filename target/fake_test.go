@@ -33,6 +33,7 @@ type fakeImpl struct {
 
 	failHostAlloc atomic.Bool
 	failLock      atomic.Bool
+	failUnlock    atomic.Bool // UnlockHost fails with the lock kept (pinned.ErrStillLocked), as HSA's
 	failSync      atomic.Bool // queues' Synchronize fails (Destroy then returns at once, its work still queued)
 	failQuery     atomic.Bool // queues' Query fails
 
@@ -79,6 +80,9 @@ func (f *fakeImpl) LockHost(p, n uintptr) (uintptr, error) {
 }
 
 func (f *fakeImpl) UnlockHost(p uintptr) error {
+	if f.failUnlock.Load() {
+		return fmt.Errorf("unlock %#x: %w: %w", p, errInjected, pinned.ErrStillLocked)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.locks[p]; !ok {

@@ -10,9 +10,11 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+	"weak"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // AllDevices, as Pin's device, pins for every accelerator (the host device
@@ -24,20 +26,32 @@ const AllDevices = -1
 // reachable and in place, even when the handle holds its only reference.
 // A handle dropped without Unpin is unpinned after the garbage collector
 // finds it unreachable (a safety net, not a promise of when).
+//
+// The queue rules: a queued copy of the slice (CopyToDevice,
+// CopyFromDevice) keeps the Go object reachable and in place until its
+// queue has passed it, whatever the handle does; and an Unpin while such
+// copies are queued does not wait for them: the lock is dropped behind
+// them, by the Synchronize, Query or Close that finds them done (as
+// alloc.FreeAfter frees), so the device never reads or writes unlocked
+// memory. Until then IsPinned still says true.
 type Pinned struct {
-	r       *pinRecord
-	cleanup runtime.Cleanup
+	r *pinRecord
 }
 
 // pinRecord is a pin's state, apart from its handle so that the handle's
-// cleanup can own it: the record keeps the Go object reachable until the
-// cleanup (or Unpin) ran.
+// cleanup can own it: the record keeps the Go object reachable until its
+// last device lock is gone.
 type pinRecord struct {
-	mu     sync.Mutex
-	keep   unsafe.Pointer // the slice's first element: keeps the Go object reachable
-	pinner runtime.Pinner // keeps it in place (a no-op for memory outside the Go heap)
-	p, n   uintptr
-	devs   []*Device // the devices LockMem took a reference on; nil once unpinned
+	mu      sync.Mutex
+	keep    unsafe.Pointer // the slice's first element: keeps the Go object reachable
+	pinner  runtime.Pinner // keeps it in place (a no-op for memory outside the Go heap)
+	p, n    uintptr
+	devs    []*Device       // the devices whose lock the pin still holds a reference on
+	busy    bool            // an unlock is running, or waits behind queued copies
+	err     error           // a deferred unlock's failure, for the next Unpin or Close
+	cleanup runtime.Cleanup // the handle's safety net, while armed
+	armed   bool
+	handle  weak.Pointer[Pinned] // to arm the safety net again after a deferred unlock failed
 }
 
 // Pin page-locks the memory of s (its len elements) for device dev, or for
@@ -97,8 +111,24 @@ func Pin[T any](s []T, dev int) (*Pinned, error) {
 	}
 	r.devs = devs
 	h := &Pinned{r: r}
-	h.cleanup = runtime.AddCleanup(h, func(r *pinRecord) { _ = r.unpin() }, r)
+	r.handle = weak.Make(h)
+	r.arm(h)
 	return h, nil
+}
+
+// arm sets the handle's safety net: unpin once h is unreachable. r.mu held
+// or r not yet shared.
+func (r *pinRecord) arm(h *Pinned) {
+	r.cleanup = runtime.AddCleanup(h, func(r *pinRecord) { _ = r.unpin() }, r)
+	r.armed = true
+}
+
+// disarm stops the safety net (r.mu held).
+func (r *pinRecord) disarm() {
+	if r.armed {
+		r.cleanup.Stop()
+		r.armed = false
+	}
 }
 
 // pinDevices resolves Pin's device argument.
@@ -155,31 +185,34 @@ func goMemory(ptr unsafe.Pointer) (err error) {
 }
 
 // Unpin drops the pin's reference on each device's lock (the last one
-// unlocks) and lets the Go object go. A second Unpin is an error.
+// unlocks) and lets the Go object go once no lock is left.
+//
+// Unpin never waits for the device: while copies of the slice are still
+// queued it returns at once and the locks are dropped behind them (by the
+// Synchronize, Query or Close that finds them done; the driver's own
+// unlock, cuMemHostUnregister, may synchronize the device there). A failed
+// unlock that left the lock in place (pinned.ErrStillLocked: HSA's unlock,
+// refused) keeps the handle, its lock and the Go object: Unpin or Close
+// may be called again. A deferred unlock's failure is returned by the next
+// Unpin or Close. A second Unpin after a complete one is an error.
 func (h *Pinned) Unpin() error {
 	if h == nil || h.r == nil {
 		return fmt.Errorf("unpin: %w: a nil handle", ErrInvalidArgument)
 	}
-	h.cleanup.Stop()
-	return h.r.unpin()
+	return h.r.unpinHandle(h, false)
 }
 
-// Close is Unpin, except that closing an unpinned handle is not an error.
+// Close is Unpin, except that closing an unpinned handle is not an error
+// (unless an unlock deferred behind queued copies failed: Close reports it).
 func (h *Pinned) Close() error {
 	if h == nil || h.r == nil {
 		return nil
 	}
-	h.cleanup.Stop()
-	h.r.mu.Lock()
-	done := h.r.devs == nil
-	h.r.mu.Unlock()
-	if done {
-		return nil
-	}
-	return h.r.unpin()
+	return h.r.unpinHandle(h, true)
 }
 
-// Devices returns the numbers of the devices the slice is pinned for.
+// Devices returns the numbers of the devices the slice is pinned for (its
+// locks not yet dropped).
 func (h *Pinned) Devices() []int {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
@@ -190,19 +223,103 @@ func (h *Pinned) Devices() []int {
 	return ids
 }
 
-func (r *pinRecord) unpin() error {
+// unpinHandle is Unpin (quiet: Close) through the handle: the safety net
+// is stopped, and armed again when a failed unlock leaves locks to retry.
+func (r *pinRecord) unpinHandle(h *Pinned, quiet bool) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.devs == nil {
+	r.disarm()
+	r.mu.Unlock()
+	err := r.unpinQuiet(quiet)
+	r.mu.Lock()
+	if len(r.devs) > 0 && !r.busy && !r.armed {
+		r.arm(h)
+	}
+	r.mu.Unlock()
+	return err
+}
+
+func (r *pinRecord) unpin() error { return r.unpinQuiet(false) }
+
+// unpinQuiet drops the pin's locks, at once or behind the queued copies of
+// its range. quiet: nothing left to unpin is not an error.
+func (r *pinRecord) unpinQuiet(quiet bool) error {
+	r.mu.Lock()
+	prev := r.err
+	r.err = nil
+	switch {
+	case r.busy:
+		r.mu.Unlock()
+		if quiet {
+			return prev
+		}
+		return errors.Join(prev, fmt.Errorf("unpin %#x (%d bytes): %w: already unpinned (its unlock waits for copies still queued)", r.p, r.n, ErrInvalidArgument))
+	case len(r.devs) == 0:
+		r.mu.Unlock()
+		if quiet || prev != nil {
+			return prev
+		}
 		return fmt.Errorf("unpin %#x (%d bytes): %w: already unpinned", r.p, r.n, ErrInvalidArgument)
 	}
-	var errs []error
-	for _, d := range r.devs {
-		errs = append(errs, d.UnlockMem(r.p))
+	r.busy = true
+	r.mu.Unlock()
+	// Copies of the range still queued (the one-step pinned path reads and
+	// writes it late): unlock behind them, as alloc.Free frees.
+	if freeAfterUse(r.p, r.n, r.unlockDeferred) {
+		return prev
 	}
-	r.devs = nil
-	r.pinner.Unpin()
-	r.keep = nil
+	return errors.Join(prev, r.unlockNow())
+}
+
+// unlockDeferred runs once the copies queued at Unpin passed: copies issued
+// since keep it waiting again; then it unlocks, keeping a failure for the
+// next Unpin or Close.
+func (r *pinRecord) unlockDeferred() {
+	if freeAfterUse(r.p, r.n, r.unlockDeferred) {
+		return
+	}
+	if err := r.unlockNow(); err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.err = errors.Join(r.err, err)
+		if len(r.devs) == 0 || r.armed {
+			return
+		}
+		if h := r.handle.Value(); h != nil {
+			r.arm(h) // locks left to retry: the safety net again
+			return
+		}
+		// Nobody can retry: the driver keeps its lock, the Go object goes.
+		r.pinner.Unpin()
+		r.keep = nil
+	}
+}
+
+// unlockNow drops the lock on every device the pin still holds. A device
+// whose unlock failed with the lock and reference kept
+// (pinned.ErrStillLocked) stays, for a retry; once none is left the Go
+// object may go.
+func (r *pinRecord) unlockNow() error {
+	r.mu.Lock()
+	devs := r.devs
+	r.mu.Unlock()
+	var errs []error
+	var kept []*Device
+	for _, d := range devs {
+		if err := d.UnlockMem(r.p); err != nil {
+			errs = append(errs, err)
+			if errors.Is(err, pinned.ErrStillLocked) {
+				kept = append(kept, d)
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.devs = kept
+	r.busy = false
+	if len(kept) == 0 {
+		r.pinner.Unpin()
+		r.keep = nil
+	}
 	return errors.Join(errs...)
 }
 

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -114,8 +115,9 @@ func (a Array[T]) String() string {
 // q nil it is complete on return; otherwise it is queued on q (a queue of
 // dst's device) and src must not change until q's work is done
 // (Synchronize, an event). A Go slice stays reachable and in place until
-// then (runtime.Pinner); a pinned source (Pin, a pinned allocator) goes in
-// one DMA.
+// the queue passed the copy (runtime.Pinner), also one Pin locked whose
+// handle is unpinned or dropped meanwhile; a pinned source (Pin, a pinned
+// allocator) goes in one DMA.
 func CopyToDevice[T any](dst Array[T], src []T, q *Queue) error {
 	if err := checkTyped(dst, len(src), "copy to"); err != nil {
 		return err
@@ -137,7 +139,8 @@ func CopyToDevice[T any](dst Array[T], src []T, q *Queue) error {
 
 // CopyFromDevice copies src into dst, which must have as many elements.
 // With q nil it is complete on return; otherwise it is queued on q (a
-// queue of src's device) and dst must not be read until q's work is done.
+// queue of src's device) and dst must not be read until q's work is done;
+// a Go slice stays reachable and in place until the queue passed the copy.
 func CopyFromDevice[T any](dst []T, src Array[T], q *Queue) error {
 	if err := checkTyped(src, len(dst), "copy from"); err != nil {
 		return err
@@ -194,15 +197,25 @@ type hostHold struct {
 }
 
 // holdHost pins ptr's Go object (runtime.Pinner: not moved, not freed) for
-// a queued copy of memory that is not ompalloc's; synchronous copies and
-// ompalloc's memory need nothing.
+// a queued copy, until the queue passed the copy: also for a slice Pin
+// locked, whose handle may be unpinned (or dropped) while the copy is
+// queued (issue 27 item 1). Synchronous copies, and blocks of ompalloc's
+// heaps (C memory), need nothing; for other memory outside the Go heap the
+// pin is a no-op.
 func holdHost(ptr unsafe.Pointer, p, n uintptr, q *Queue) (hostHold, error) {
-	if q == nil || ompallocMemory(p, n) {
+	if q == nil || heapMemory(p, n) {
 		return hostHold{}, nil
 	}
 	pn := new(runtime.Pinner)
 	pn.Pin(ptr) // a no-op for memory outside the Go heap
 	return hostHold{pinner: pn}, nil
+}
+
+// heapMemory reports whether [p, p+n) lies in a live block of one of
+// ompalloc's heaps (C memory, never Go's).
+func heapMemory(p, n uintptr) bool {
+	start, size, ok := heap.Containing(p)
+	return ok && n <= size && p-start <= size-n
 }
 
 // done hands the pin to q, to be undone once the copy issued before it has

@@ -74,9 +74,11 @@ type pinRecord struct {
 // Go heap memory stays put because Go's garbage collector does not move
 // heap objects; Pin also pins the object with runtime.Pinner, the
 // runtime's documented promise that it is neither moved nor freed until
-// unpinned. A lock covers whole pages: on CUDA, two pinned slices sharing
-// a page are refused by the driver (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-// pin page-sized or larger buffers, or allocate them pinned.
+// unpinned. A lock covers whole pages, and slices sharing a page share its
+// lock on every driver (CUDA refuses to register a page twice, so its
+// plugin registers each page once and counts references): small slices of
+// one page pin and unpin independently; a page stays locked until the last
+// pin on it goes.
 func Pin[T any](s []T, dev int) (*Pinned, error) {
 	var zero T
 	typ := reflect.TypeOf(&zero).Elem()

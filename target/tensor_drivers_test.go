@@ -353,6 +353,38 @@ func tensorPin(t *testing.T) {
 		require.Zero(t, d.Registry().Len())
 	}
 
+	// Issue 27 item 11: two small slices sharing a page pin on both
+	// drivers (CUDA refused the second with 712), and copies of them land.
+	small := make([]float32, 1024) // one 4 KiB object: a page of its own
+	for _, dev := range []int{0, 2} {
+		d, _ := Get(dev)
+		h1, err := Pin(small[:16], dev)
+		require.NoError(t, err, "%v", d)
+		h2, err := Pin(small[32:48], dev)
+		require.NoError(t, err, "%v: a second small slice in the page", d)
+		buf, err := AllocArray[float32](d, plugin.MemDevice, 16)
+		require.NoError(t, err)
+		want := make([]float32, 16)
+		for i := range want {
+			want[i] = float32(dev*100 + i)
+		}
+		require.NoError(t, CopyToDevice(buf, want, nil))
+		q, err := d.NewQueue()
+		require.NoError(t, err)
+		require.NoError(t, CopyFromDevice(small[32:48], buf, q))
+		require.NoError(t, CopyFromDevice(small[:16], buf, q))
+		require.NoError(t, q.Synchronize())
+		require.Equal(t, want, small[32:48])
+		require.Equal(t, want, small[:16])
+		require.NoError(t, q.Close())
+		require.NoError(t, buf.Free())
+		require.NoError(t, h1.Unpin())
+		require.True(t, IsPinned(small[32:48]), "%v: the other pin keeps its lock", d)
+		require.NoError(t, h2.Unpin())
+		require.False(t, IsPinned(small), "%v", d)
+		require.Zero(t, d.Registry().Len())
+	}
+
 	h, err := Pin(xs, AllDevices)
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 1, 2, 3}, h.Devices())

@@ -3,7 +3,9 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -61,9 +63,11 @@ type holdKey struct {
 	p uintptr
 }
 
+// hold is a device's locks at an address, newest last: each lists the
+// registrations covering its pages (one, or several when its pages were
+// partly registered already for another range sharing a page).
 type hold struct {
-	reg   *registration
-	count int
+	grants [][]*registration
 }
 
 // registrations are the driver's process-wide host registrations made here.
@@ -111,11 +115,16 @@ func (rs *registrations) ownerLocked(p, n, start uintptr, known bool) *registrat
 	return nil
 }
 
-// LockHost registers [p, p+n) with the driver (PORTABLE, so every context
-// sees it) in pieces of at most MaxRegister bytes and returns the device
-// address of p. A range this package registered already, for this device or
-// another, is shared and counted instead of registered again. The driver is
-// asked to register without rs.mu held (see registrations).
+// LockHost registers the pages of [p, p+n) with the driver (PORTABLE, so
+// every context sees them) in pieces of at most MaxRegister bytes and
+// returns the device address of p. The driver pins whole pages and refuses
+// a second registration of a page (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED):
+// so registrations here are of whole pages, and pages this package
+// registered already, for this device or another, for this range or
+// another one sharing a page (two small slices), are shared and counted
+// instead of registered again; only the pages no registration made here
+// covers are registered. The driver is asked to register without rs.mu
+// held (see registrations).
 func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, ErrInvalid)
@@ -130,91 +139,158 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	}
 }
 
+// hostPage is the granule of registrations: the driver page-locks whole
+// pages of the host's size.
+var hostPage = uintptr(os.Getpagesize())
+
+func pageDown(p uintptr) uintptr { return p &^ (hostPage - 1) }
+func pageUp(p uintptr) uintptr   { return (p + hostPage - 1) &^ (hostPage - 1) }
+
 // lockOnce is one try of LockHost; again, when not nil, is a flight that
-// overlaps [p, p+n): wait for it and try again.
+// overlaps the pages of [p, p+n): wait for it and try again.
 func (d *device) lockOnce(rs *registrations, p, n uintptr) (dev uintptr, again <-chan struct{}, err error) {
+	lo, hi := pageDown(p), pageUp(p+n)
 	rs.mu.Lock()
-	if f := rs.flights.Overlap(p, p+n); f != nil {
+	if f := rs.flights.Overlap(lo, hi); f != nil {
 		rs.mu.Unlock()
 		return 0, f.Done(), nil
 	}
-	key := holdKey{d, p}
-	if h := rs.holds[key]; h != nil && h.reg.contains(p, n) {
+	regs, gaps := rs.coverLocked(lo, hi)
+	if len(gaps) == 0 {
 		defer rs.mu.Unlock()
 		dev, err := d.devicePointer(p)
 		if err != nil {
 			return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 		}
-		h.count++
-		h.reg.refs++
+		rs.grantLocked(d, p, regs)
 		return dev, nil, nil
 	}
-	reg := rs.byPiece[p]
-	if reg == nil || !reg.contains(p, n) {
-		// Inside a registration made here at another address? Ask the
-		// driver where p's registration starts rather than fail a register.
-		reg = nil
-		if start, known := d.rangeStart(p); known {
-			reg = rs.ownerLocked(p, n, start, true)
-		}
+	// The registrations already covering some pages are referenced now, so
+	// that none goes while the gaps are registered outside the lock, with
+	// the gaps in flight.
+	for _, reg := range regs {
+		reg.refs++
 	}
-	if reg != nil {
-		defer rs.mu.Unlock()
-		return d.holdLocked(rs, reg, p, n, false)
+	fs := make([]*inflight.Flight, len(gaps))
+	for i, g := range gaps {
+		fs[i] = rs.flights.Start(g.host, g.host+g.size)
 	}
-	// Register outside the lock, with the range in flight.
-	f := rs.flights.Start(p, p+n)
 	rs.mu.Unlock()
-	reg, err = d.register(p, n)
-	rs.mu.Lock()
-	rs.flights.Land(f)
-	registered := err == nil
-	if errors.Is(err, ErrAlreadyRegistered) {
-		// The driver could not say where p's registration starts.
-		start, known := d.rangeStart(p)
-		if reg = rs.ownerLocked(p, n, start, known); reg == nil {
-			rs.mu.Unlock()
-			return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+	var made []*registration
+	for _, g := range gaps {
+		reg, err := d.register(g.host, g.size)
+		if err != nil {
+			if errors.Is(err, ErrAlreadyRegistered) {
+				err = fmt.Errorf("pages [%#x, %#x) are registered outside ompalloc (cuMemHostRegister, cuMemHostAlloc): lock the whole registered range, or unregister it first: %w",
+					g.host, g.host+g.size, err)
+			}
+			return 0, nil, d.lockFailed(rs, fs, regs, made, p, n, err)
 		}
-		if g := rs.flights.Overlap(reg.host, reg.host+reg.size); g != nil {
-			rs.mu.Unlock()
-			return 0, g.Done(), nil // on its way out: look again after
+		made = append(made, reg)
+	}
+	dev, err = d.devicePointer(p)
+	if err == nil {
+		// The device must see the range as one: every registration at the
+		// address the first implies (true under unified addressing).
+		for _, reg := range made {
+			at := max(reg.host, p)
+			if got, err2 := d.devicePointer(at); err2 != nil {
+				err = err2
+			} else if got != dev+(at-p) {
+				err = fmt.Errorf("pages at %#x map to device address %#x, not %#x: the device does not see the range as one", at, got, dev+(at-p))
+			}
+			if err != nil {
+				break
+			}
 		}
-	} else if err != nil {
-		rs.mu.Unlock()
-		return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
 	}
-	dev, _, err = d.holdLocked(rs, reg, p, n, registered)
-	rs.mu.Unlock()
-	if err != nil && registered {
-		_, _ = reg.drop() // never published: nobody else can see it
-	}
-	return dev, nil, err
-}
-
-// holdLocked gives d a hold on reg for a lock at p, publishing reg when it
-// was just registered. rs.mu held.
-func (d *device) holdLocked(rs *registrations, reg *registration, p, n uintptr, registered bool) (uintptr, chan struct{}, error) {
-	dev, err := d.devicePointer(p)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, err)
+		return 0, nil, d.lockFailed(rs, fs, regs, made, p, n, err)
 	}
-	if registered {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, f := range fs {
+		rs.flights.Land(f)
+	}
+	for _, reg := range made {
 		for _, pc := range reg.pieces {
 			rs.byPiece[pc.host] = reg
 			rs.spans[pc.host] = pc.size
 		}
-		rs.publishLocked()
 	}
+	rs.publishLocked()
+	for _, reg := range regs {
+		reg.refs-- // the grant takes its own reference
+	}
+	all, _ := rs.coverLocked(lo, hi)
+	rs.grantLocked(d, p, all)
+	return dev, nil, nil
+}
+
+// lockFailed undoes a lock whose new registrations failed: it drops those
+// made, lands the flights and lets go of the references taken on the
+// registrations that already covered pages (the last one unregisters).
+func (d *device) lockFailed(rs *registrations, fs []*inflight.Flight, regs, made []*registration, p, n uintptr, err error) error {
+	var errs []error
+	for _, reg := range made {
+		_, derr := reg.drop() // never published: nobody else can see it
+		errs = append(errs, derr)
+	}
+	rs.mu.Lock()
+	for _, f := range fs {
+		rs.flights.Land(f)
+	}
+	var gone []*registration
+	for _, reg := range regs {
+		if reg.refs--; reg.refs == 0 {
+			gone = append(gone, reg)
+		}
+	}
+	err = fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, errors.Join(append([]error{err}, errs...)...))
+	if len(gone) == 0 {
+		rs.mu.Unlock()
+		return err
+	}
+	return errors.Join(err, d.unregister(rs, gone))
+}
+
+// coverLocked returns the registrations made here that hold pages of
+// [lo, hi), in address order, and the runs of its pages none holds.
+// rs.mu held.
+func (rs *registrations) coverLocked(lo, hi uintptr) (regs []*registration, gaps []piece) {
+	q := lo
+	if sp := rs.sorted.Load(); sp != nil {
+		s := *sp
+		i := sort.Search(len(s), func(i int) bool { return s[i].host+s[i].size > lo })
+		for ; i < len(s) && s[i].host < hi; i++ {
+			if s[i].host > q {
+				gaps = append(gaps, piece{q, s[i].host - q})
+			}
+			if reg := rs.byPiece[s[i].host]; reg != nil && (len(regs) == 0 || regs[len(regs)-1] != reg) {
+				regs = append(regs, reg)
+			}
+			q = max(q, s[i].host+s[i].size)
+		}
+	}
+	if q < hi {
+		gaps = append(gaps, piece{q, hi - q})
+	}
+	return regs, gaps
+}
+
+// grantLocked records a lock of d at p over regs, one reference on each.
+// rs.mu held.
+func (rs *registrations) grantLocked(d *device, p uintptr, regs []*registration) {
 	key := holdKey{d, p}
 	h := rs.holds[key]
 	if h == nil {
-		h = &hold{reg: reg}
+		h = &hold{}
 		rs.holds[key] = h
 	}
-	h.count++
-	reg.refs++
-	return dev, nil, nil
+	h.grants = append(h.grants, regs)
+	for _, reg := range regs {
+		reg.refs++
+	}
 }
 
 // register registers the pieces of [p, p+n) in d's context, undoing them
@@ -301,8 +377,9 @@ func (d *device) devicePointer(p uintptr) (uintptr, error) {
 	return dev, err
 }
 
-// UnlockHost releases a lock this device took at p; the registration goes
-// when no device holds it any more, unregistered without rs.mu held.
+// UnlockHost releases a lock this device took at p (its newest there); a
+// registration goes when no lock holds it any more, unregistered without
+// rs.mu held.
 func (d *device) UnlockHost(p uintptr) error {
 	rs := &d.drv.regs
 	rs.mu.Lock()
@@ -312,14 +389,21 @@ func (d *device) UnlockHost(p uintptr) error {
 		rs.mu.Unlock()
 		return fmt.Errorf("%v: unlock %#x: %w", d, p, ErrNotLocked)
 	}
-	if h.count--; h.count == 0 {
+	g := h.grants[len(h.grants)-1]
+	if h.grants = h.grants[:len(h.grants)-1]; len(h.grants) == 0 {
 		delete(rs.holds, key)
 	}
-	if h.reg.refs--; h.reg.refs > 0 {
+	var gone []*registration
+	for _, reg := range g {
+		if reg.refs--; reg.refs == 0 {
+			gone = append(gone, reg)
+		}
+	}
+	if len(gone) == 0 {
 		rs.mu.Unlock()
 		return nil
 	}
-	return d.unregister(rs, []*registration{h.reg})
+	return d.unregister(rs, gone)
 }
 
 // unregister drops regs, whose references are all gone: in flight while
@@ -363,8 +447,12 @@ func (rs *registrations) releaseAll(d *device) error {
 			continue
 		}
 		delete(rs.holds, key)
-		if h.reg.refs -= h.count; h.reg.refs == 0 {
-			drop = append(drop, h.reg)
+		for _, g := range h.grants {
+			for _, reg := range g {
+				if reg.refs--; reg.refs == 0 {
+					drop = append(drop, reg)
+				}
+			}
 		}
 	}
 	// Registrations whose unregistration failed earlier: try again (those in
@@ -439,16 +527,6 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 		dev = dp
 	}
 	return pinned.External{Host: start, Dev: dev, Size: size}, true, nil
-}
-
-// rangeStart is the start of the driver's allocation or registration
-// holding p, when the driver can tell.
-func (d *device) rangeStart(p uintptr) (uintptr, bool) {
-	var s uintptr
-	if d.attr(&s, cuPointerAttributeRangeStartAddr, p) != nil || s > p {
-		return 0, false
-	}
-	return s, true
 }
 
 // attr reads a pointer attribute that is pointer-sized (an address or size).

@@ -353,6 +353,34 @@ func tensorPin(t *testing.T) {
 		require.Zero(t, d.Registry().Len())
 	}
 
+	// Issue 27 item 1: Unpin with a copy into the slice still queued (the
+	// drivers' workers held) returns at once and unlocks behind the copy.
+	for _, dev := range []int{0, 2} {
+		d, _ := Get(dev)
+		ys := make([]float32, 1<<14)
+		h, err := Pin(ys, dev)
+		require.NoError(t, err)
+		buf, err := AllocArray[float32](d, plugin.MemDevice, len(ys))
+		require.NoError(t, err)
+		want := make([]float32, len(ys))
+		for i := range want {
+			want[i] = float32(i + dev)
+		}
+		require.NoError(t, CopyToDevice(buf, want, nil))
+		q, err := d.NewQueue()
+		require.NoError(t, err)
+		release := holdWork(t, d)
+		require.NoError(t, CopyFromDevice(ys, buf, q))
+		returns(t, release, "Unpin", h.Unpin)
+		require.True(t, IsPinned(ys), "%v: locked while the copy into it is queued", d)
+		release()
+		require.NoError(t, q.Synchronize())
+		require.False(t, IsPinned(ys), "%v: unlocked behind the copy", d)
+		require.Equal(t, want, ys)
+		require.NoError(t, q.Close())
+		require.NoError(t, buf.Free())
+	}
+
 	// Issue 27 item 11: two small slices sharing a page pin on both
 	// drivers (CUDA refused the second with 712), and copies of them land.
 	small := make([]float32, 1024) // one 4 KiB object: a page of its own

@@ -65,7 +65,12 @@ type QueueImpl interface {
 	Synchronize() error
 	// Query reports whether all work enqueued so far has completed.
 	Query() (done bool, err error)
-	// Destroy releases the queue. Work still in flight is waited for.
+	// Destroy releases the queue. Work still in flight is waited for; when
+	// that wait fails the queue is destroyed all the same (its work may
+	// still run: CUDA's cuStreamDestroy releases the stream once the work
+	// completed), the wait's error is returned, and Query and Synchronize
+	// keep answering for that work, so that the caller keeps what it uses
+	// until it is known done.
 	Destroy() error
 }
 

@@ -92,8 +92,8 @@
  *     go to the legacy stream. Streams created with CU_STREAM_NON_BLOCKING do
  *     not wait for it (a copy there may read what the legacy stream has not
  *     written yet); blocking streams (flags 0) and the legacy stream wait for
- *     each other. cuMemFree_v2 waits for every legacy stream first;
- *     cuMemHostUnregister and cuMemFreeHost wait for every stream.
+ *     each other. cuMemFree_v2, cuMemHostUnregister and cuMemFreeHost
+ *     wait for every stream (a device-wide synchronization).
  *   - The stream-ordered allocator (cuDeviceGetDefaultMemPool, cuMemPoolCreate/
  *     Destroy, cuMemAllocFromPoolAsync, cuMemAllocAsync, cuMemFreeAsync,
  *     cuMemPoolSet/GetAttribute, cuMemPoolTrimTo): see its section at the end,
@@ -312,7 +312,6 @@ static __thread struct fake_ctx *t_stack[MAX_STACK];
 static __thread int t_depth;
 #define t_cur (t_depth > 0 ? t_stack[t_depth - 1] : (struct fake_ctx *)NULL)
 
-static void drain_all_legacy(void);
 static void drain_all_streams(void);
 static void stream_wait_event_op(struct op *o);
 static void drain_legacy(struct fake_ctx *ctx);
@@ -1163,7 +1162,13 @@ API CUresult cuMemFree_v2(CUdeviceptr d) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
-	drain_all_legacy();
+	/* The Programming Guide (Stream-Ordered Memory Allocator, Introduction):
+	   "Managing memory allocations using cudaMalloc and cudaFree causes the
+	   GPU to synchronize across all executing CUDA streams." So cuMemFree
+	   returns only once the work issued before it on every stream, of every
+	   context, has completed: a caller holding a lock across it stalls
+	   everyone behind that lock for as long as the GPU is busy. */
+	drain_all_streams();
 	pthread_mutex_lock(&g_mu);
 	struct region *x = find_dev(d);
 	if (!x || x->dptr != d || (x->kind != K_DEVICE && x->kind != K_MANAGED)) {
@@ -1538,13 +1543,6 @@ static void drain_legacy(struct fake_ctx *ctx) {
 	pthread_mutex_unlock(&g_mu);
 	if (l)
 		stream_wait(l);
-}
-
-/* drain_all_legacy: device memory is about to be freed; the driver does not
-   free memory that work it accepted on the legacy stream still uses. */
-static void drain_all_legacy(void) {
-	for (int i = 0; i < g_ndev; i++)
-		drain_legacy(&g_ctx[i]);
 }
 
 /* drain_all_streams waits for every stream of every context, destroyed ones

@@ -1,9 +1,6 @@
 package pinned
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Errors returned by the registry; test with errors.Is. The returned errors
 // wrap them with the ranges involved.
@@ -29,6 +26,3 @@ var (
 	// it in the error it returns.
 	ErrStillLocked = errors.New("still locked")
 )
-
-// span formats [p, end) for messages.
-func span(p, end uintptr) string { return fmt.Sprintf("[%#x, %#x)", p, end) }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -33,10 +33,10 @@ type Device struct {
 	opener  plugin.Opener // nil: the Impl is open from the start
 	plugin  string
 	host    bool
-	reg     *pinned.Registry
+	reg     *pinreg.Registry
 	pool    *stagingPool
 	devpool *devPool // cached device memory (devpool.go)
-	mapMode pinned.MapMode
+	mapMode pinreg.MapMode
 
 	infoOnce sync.Once
 	info     plugin.Info
@@ -50,11 +50,11 @@ type Device struct {
 	queues map[*Queue]struct{} // open queues; nil once closed
 }
 
-func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinned.MapMode) *Device {
+func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinreg.MapMode) *Device {
 	opener, _ := impl.(plugin.Opener)
 	return &Device{
 		ID: id, impl: impl, opener: opener, plugin: pluginName, host: host,
-		reg:     pinned.New(impl),
+		reg:     pinreg.New(impl),
 		pool:    newStagingPool(impl, cfg),
 		devpool: newDevPool(),
 		mapMode: mode,
@@ -75,9 +75,9 @@ func (d *Device) IsHost() bool { return d.host }
 // Plugin is the name of the plugin that drives d: "host", "cuda", "amdgpu".
 func (d *Device) Plugin() string { return d.plugin }
 
-// Registry is the device's pinned registry: every host range locked for it
-// or allocated by it as host-pinned memory.
-func (d *Device) Registry() *pinned.Registry { return d.reg }
+// Registry is a read-only view of the device's pinned registry: every host
+// range locked for it or allocated by it as host-pinned memory.
+func (d *Device) Registry() Registry { return Registry{d.reg} }
 
 // StagingStats reports what the device's staging pool did.
 func (d *Device) StagingStats() StagingStats { return d.pool.snapshot() }

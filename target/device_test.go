@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -146,7 +146,7 @@ func TestStagingEnvironment(t *testing.T) {
 	t.Setenv(EnvStagingThreshold, "lots")
 	warned := captureWarnings(t)
 	_, d = withFake(t, 0)
-	require.Equal(t, DefaultStagingConfig.Threshold, d.StagingConfig().Threshold)
+	require.Equal(t, DefaultStagingConfig().Threshold, d.StagingConfig().Threshold)
 	require.Contains(t, warned(), EnvStagingThreshold+`="lots"`)
 }
 
@@ -357,7 +357,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 		t.Setenv(EnvLockMapped, "sometimes")
 		warned := captureWarnings(t)
 		_, d := withFake(t, 0)
-		require.Equal(t, pinned.MapOff, d.mapMode)
+		require.Equal(t, pinreg.MapOff, d.mapMode)
 		require.Contains(t, warned(), EnvLockMapped)
 	})
 }

@@ -74,9 +74,9 @@
 //
 // # Generic and vendor parts
 //
-// A Device holds its plugin.Impl, a pinned.Registry of the host ranges
-// locked for it or allocated by it as host-pinned memory, a staging pool and
-// its open queues. Argument checks, the registry (lock references, the
+// A Device holds its plugin.Impl, a registry of the host ranges locked for
+// it or allocated by it as host-pinned memory (Device.Registry: a read-only
+// view), a staging pool and its open queues. Argument checks, the registry (lock references, the
 // one-step pinned path of transfers, LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS),
 // staging, the bounce between two accelerators and queue bookkeeping live
 // here; the Impl only allocates, locks, copies and runs queues.

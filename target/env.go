@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/ompalloc/ompalloc/internal/envsize"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // Environment variables read at discovery.
@@ -21,7 +21,7 @@ const (
 	EnvStagingPool = "OMPALLOC_STAGING_POOL"
 	// EnvLockMapped is LLVM's switch for locking host buffers while they are
 	// transferred: off (default), on (failures ignored), mandatory.
-	EnvLockMapped = pinned.EnvLockMapped
+	EnvLockMapped = "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS"
 	// EnvDefaultDevice is OpenMP's default-device-var: a device number, or
 	// "initial" for the host.
 	EnvDefaultDevice = "OMP_DEFAULT_DEVICE"
@@ -31,8 +31,8 @@ func warnEnv(name, value, why, using string) {
 	warn.Printf(warn.Env, "target", "%s=%q: %s; using %s", name, value, why, using)
 }
 
-func readEnv() (StagingConfig, pinned.MapMode) {
-	cfg := DefaultStagingConfig
+func readEnv() (StagingConfig, pinreg.MapMode) {
+	cfg := DefaultStagingConfig()
 	if v, ok := os.LookupEnv(EnvStagingThreshold); ok {
 		if n, err := parseBytes(v); err != nil {
 			warnEnv(EnvStagingThreshold, v, err.Error(), strconv.FormatUint(uint64(cfg.Threshold), 10))
@@ -47,9 +47,9 @@ func readEnv() (StagingConfig, pinned.MapMode) {
 			cfg.MaxPoolBytes = n
 		}
 	}
-	mode := pinned.MapOff
+	mode := pinreg.MapOff
 	if v, ok := os.LookupEnv(EnvLockMapped); ok && v != "" {
-		m, err := pinned.ParseMapMode(v)
+		m, err := pinreg.ParseMapMode(v)
 		if err != nil {
 			warnEnv(EnvLockMapped, v, err.Error(), "off")
 		} else {

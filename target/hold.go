@@ -67,7 +67,7 @@ func init() {
 }
 
 // holdMem page-locks [p, p+n), memory the caller mapped for itself, for d,
-// with a reference only releaseMem drops (pinned.Registry.Hold): a user's
+// with a reference only releaseMem drops (pinreg.Registry.Hold): a user's
 // UnlockMem can never unlock it, and errors about it name owner. The pinned
 // heaps (alloc, through internal/hooks) hold their chunks this way.
 func (d *Device) holdMem(p, n uintptr, owner string) (uintptr, error) {

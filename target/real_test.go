@@ -55,7 +55,7 @@ func BenchmarkSubmitSmall(b *testing.B) {
 		for _, mode := range []string{"staged", "pageable", "pinned"} {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
 				src := pageable
-				cfg := DefaultStagingConfig
+				cfg := DefaultStagingConfig()
 				switch mode {
 				case "pageable":
 					cfg.Threshold = 0
@@ -77,7 +77,7 @@ func BenchmarkSubmitSmall(b *testing.B) {
 				}
 			})
 		}
-		d.SetStagingConfig(DefaultStagingConfig)
+		d.SetStagingConfig(DefaultStagingConfig())
 		require.NoError(b, d.Free(plugin.MemHost, pinnedMem))
 		require.NoError(b, d.Free(plugin.MemDevice, dst))
 	}

@@ -17,10 +17,15 @@ type StagingConfig struct {
 	MaxPoolBytes uintptr
 }
 
-// DefaultStagingConfig: stage copies up to 64 KiB (the sizes where a
-// driver's own pageable path costs most relative to the copy), keep up to
-// 4 MiB of free buffers per device.
-var DefaultStagingConfig = StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 4 << 20}
+// DefaultStagingConfig returns the configuration a device starts with
+// (unless EnvStagingThreshold or EnvStagingPool say otherwise): stage copies
+// up to 64 KiB (the sizes where a driver's own pageable path costs most
+// relative to the copy), keep up to 4 MiB of free buffers per device. A
+// function, not a variable, so that no program can change every later
+// device's defaults behind the environment's back.
+func DefaultStagingConfig() StagingConfig {
+	return StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 4 << 20}
+}
 
 // StagingStats counts what a device's staging pool did.
 type StagingStats struct {

@@ -371,7 +371,7 @@ func (instantImpl) Copy(dst, src, n uintptr, _ plugin.Direction, _ plugin.QueueI
 func BenchmarkSubmit(b *testing.B) {
 	for _, mode := range []string{"staged", "pinned", "pageable"} {
 		b.Run(mode, func(b *testing.B) {
-			cfg := DefaultStagingConfig
+			cfg := DefaultStagingConfig()
 			if mode == "pageable" {
 				cfg.Threshold = 0
 			}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/loader"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -380,12 +380,12 @@ func (d *Device) checkQueue(q *Queue) error {
 // whose host side another device of the plugin has pinned records the use
 // (sharedUse), so that a free of that memory waits for the copy.
 func (d *Device) copyMapped(dst, src, n, hostp uintptr, dir plugin.Direction, q *Queue) error {
-	if d.mapMode == pinned.MapOff {
+	if d.mapMode == pinreg.MapOff {
 		return d.copy(dst, src, n, dir, q, d.sharedUse(hostp, n, q))
 	}
 	_, locked, err := d.reg.LockMapped(hostp, n, d.mapMode)
 	if err != nil {
-		if d.mapMode == pinned.MapMandatory {
+		if d.mapMode == pinreg.MapMandatory {
 			return fmt.Errorf("device %d: %s of %d bytes: lock host buffer %#x: %w", d.ID, dir, n, hostp, err)
 		}
 		return d.copy(dst, src, n, dir, q, d.sharedUse(hostp, n, q))

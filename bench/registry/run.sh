@@ -32,7 +32,7 @@ clang-16 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -L"$llvm/lib" -Wl,-rp
 	"$here/llvm_lock.c" -o "$tmp/llvm_lock"
 g++ -O2 -std=c++17 -pthread "$here/lookup_baseline.cpp" -o "$tmp/lookup_baseline"
 
-(cd "$root" && go test -c -o "$tmp/pinned.test" ./pinned)
+(cd "$root" && go test -c -o "$tmp/pinned.test" ./internal/pinreg)
 : >"$tmp/theirs"
 : >"$tmp/go"
 for i in $(seq "${REPEAT:-3}"); do

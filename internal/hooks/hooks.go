@@ -24,7 +24,7 @@ var (
 	// target.Shutdown, before it checks for held memory.
 	BeforeShutdown = func(f func()) {}
 	// HoldMem page-locks [p, p+n) for device dev with a reference only
-	// ReleaseMem drops (pinned.Registry.Hold); errors name owner.
+	// ReleaseMem drops (pinreg.Registry.Hold); errors name owner.
 	HoldMem func(dev int, p, n uintptr, owner string) (uintptr, error)
 	// ReleaseMem unlocks what HoldMem locked at p on device dev, dropping
 	// the LockMem and mapped references inside it and reporting them.

@@ -12,6 +12,6 @@
 //
 // A Table has no mutex of its own: every method but Flight.Done is called
 // with the owner's mutex held, the one that guards the owner's books.
-// pinned.Registry, the CUDA plugin's registrations and the HSA plugin's lock
+// pinreg.Registry, the CUDA plugin's registrations and the HSA plugin's lock
 // table use it.
 package inflight

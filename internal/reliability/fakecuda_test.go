@@ -246,7 +246,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 4096), 7), "the data arrived")
 		require.NoError(t, q.Close())
 		require.NoError(t, d0.Free(plugin.MemDevice, dst))
-		d0.SetStagingConfig(target.DefaultStagingConfig)
+		d0.SetStagingConfig(target.DefaultStagingConfig())
 	})
 
 	step("cuMemcpyHtoDAsync/staged and unstaged submits", func(t *testing.T) {

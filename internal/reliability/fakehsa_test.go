@@ -132,7 +132,7 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 4096), 4))
 		require.NoError(t, q.Close())
 		require.NoError(t, d0.Free(plugin.MemDevice, dst))
-		d0.SetStagingConfig(target.DefaultStagingConfig)
+		d0.SetStagingConfig(target.DefaultStagingConfig())
 	})
 
 	step("hsa_amd_memory_async_copy and hsa_signal_create", func(t *testing.T) {

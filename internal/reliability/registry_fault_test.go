@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
@@ -71,7 +72,7 @@ func (l *faultyLocker) set(f func()) {
 // their references, and the next operations succeed.
 func TestRegistryLockerFaults(t *testing.T) {
 	l := &faultyLocker{held: map[uintptr]uintptr{}}
-	r := pinned.New(l)
+	r := pinreg.New(l)
 	sentinel := hostBuf(t, 1<<16)
 	_, err := r.Lock(sentinel, 1<<16)
 	require.NoError(t, err)
@@ -81,9 +82,9 @@ func TestRegistryLockerFaults(t *testing.T) {
 	l.set(func() { l.failLock = true })
 	_, err = r.Lock(buf, 4096)
 	require.ErrorIs(t, err, errLockerFault)
-	_, _, err = r.LockMapped(buf, 4096, pinned.MapMandatory)
+	_, _, err = r.LockMapped(buf, 4096, pinreg.MapMandatory)
 	require.ErrorIs(t, err, errLockerFault)
-	_, locked, err := r.LockMapped(buf, 4096, pinned.MapOn)
+	_, locked, err := r.LockMapped(buf, 4096, pinreg.MapOn)
 	require.False(t, locked, "on: the failure is ignored, nothing is locked")
 	_ = err
 	l.set(func() { l.failLock = false })

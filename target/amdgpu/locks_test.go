@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
@@ -161,7 +161,7 @@ func TestLockOfPoolMemory(t *testing.T) {
 // lockPoolMemory locks, copies from and unlocks [p, p+m), memory of a pool,
 // through a registry of d.
 func lockPoolMemory(t *testing.T, d *device, p, m uintptr) {
-	reg := pinned.New(d)
+	reg := pinreg.New(d)
 	calls, allocs := count(t, "lock_calls"), count(t, "allocs")
 	dev, err := reg.Lock(p, m)
 	require.NoError(t, err, "device %d", d.index)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -56,7 +57,7 @@ func TestLockOfVRAMRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, v, info.HostBase, "as ROCr: a host address for VRAM")
 
-	reg := pinned.New(ds[0])
+	reg := pinreg.New(ds[0])
 	_, err = reg.Lock(v+4096, 4096)
 	require.ErrorIs(t, err, ErrDeviceMemory)
 	require.ErrorContains(t, err, "amdgpu device 1's pool (VRAM")
@@ -129,7 +130,7 @@ func TestUnlockFailureIsStillLocked(t *testing.T) {
 	ds := fakeDevices(t)
 	host := hostBuffer(t, 1<<16)
 	locks := count(t, "locks")
-	reg := pinned.New(ds[0])
+	reg := pinreg.New(ds[0])
 	_, err := reg.Lock(host, 1<<16)
 	require.NoError(t, err)
 	t.Setenv("FAKEHSA_FAIL", "hsa_amd_memory_unlock:1")

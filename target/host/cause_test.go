@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/pinned"
 )
@@ -93,7 +94,7 @@ func TestMapCountChild(t *testing.T) {
 	}
 	max, _ := maxMapCount()
 	d := hostDevice(t)
-	r := pinned.New(d)
+	r := pinreg.New(d)
 	base := vmLck(t)
 	kb := int(pageSize / 1024)
 

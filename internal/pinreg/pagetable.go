@@ -1,4 +1,4 @@
-package pinned
+package pinreg
 
 import "sync/atomic"
 

@@ -1,4 +1,4 @@
-package pinned
+package pinreg
 
 import (
 	"fmt"
@@ -21,9 +21,6 @@ const (
 	MapMandatory
 )
 
-// EnvLockMapped is the environment variable ParseMapMode's values come from.
-const EnvLockMapped = "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS"
-
 func (m MapMode) String() string {
 	switch m {
 	case MapOff:
@@ -36,7 +33,7 @@ func (m MapMode) String() string {
 	return fmt.Sprintf("MapMode(%d)", int(m))
 }
 
-// ParseMapMode parses off, on or mandatory (any case, surrounding spaces
+// ParseMapMode parses a value of target.EnvLockMapped: off, on or mandatory (any case, surrounding spaces
 // ignored; empty means off).
 func ParseMapMode(s string) (MapMode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
@@ -47,7 +44,7 @@ func ParseMapMode(s string) (MapMode, error) {
 	case "mandatory":
 		return MapMandatory, nil
 	}
-	return MapOff, fmt.Errorf("pinned: %s=%q: %w: want off, on or mandatory", EnvLockMapped, s, ErrInvalid)
+	return MapOff, fmt.Errorf("lock mode %q: %w: want off, on or mandatory", s, ErrInvalid)
 }
 
 // LockMapped takes an implicit lock on [p, p+n) for a mapping and returns

@@ -1,4 +1,4 @@
-package pinned
+package pinreg
 
 // Locker calls without the writer mutex.
 //

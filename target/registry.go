@@ -1,0 +1,50 @@
+package target
+
+import (
+	"io"
+
+	"github.com/ompalloc/ompalloc/internal/pinreg"
+	"github.com/ompalloc/ompalloc/pinned"
+)
+
+// Registry is a read-only view of one device's pinned registry: every host
+// range locked for the device (LockMem, Pin, a mapped transfer) or held by
+// a pinned allocator, and the device's own pinned host allocations. Its
+// answers are package pinned's types.
+//
+// It has no way to take or drop a reference. Lock and unlock through
+// Device.LockMem and UnlockMem, Pin and Unpin, or a pinned allocator: they
+// keep the registry, the allocators' pools and the kernel in agreement
+// (an entry a pinned allocator holds cannot be unlocked by a user at all).
+type Registry struct{ r *pinreg.Registry }
+
+// Lookup returns the device's address for host address p when p is inside
+// an entry.
+func (v Registry) Lookup(p uintptr) (dev uintptr, ok bool) { return v.r.Lookup(p) }
+
+// IsPinned reports whether p is inside an entry.
+func (v Registry) IsPinned(p uintptr) bool { return v.r.IsPinned(p) }
+
+// Entry returns the state of the entry containing p.
+func (v Registry) Entry(p uintptr) (pinned.EntryInfo, bool) { return v.r.Entry(p) }
+
+// Held reports whether the entry starting at p is held by a part of the
+// runtime (a pinned allocator's chunk), and by whom.
+func (v Registry) Held(p uintptr) (owner string, ok bool) { return v.r.Held(p) }
+
+// HeldStats returns the number of held entries and their bytes.
+func (v Registry) HeldStats() (entries int, bytes uintptr) { return v.r.HeldStats() }
+
+// Len returns the number of entries.
+func (v Registry) Len() int { return v.r.Len() }
+
+// Stats returns the registry's counters. It visits every entry: not for
+// hot paths.
+func (v Registry) Stats() pinned.Stats { return v.r.Stats() }
+
+// Each calls f with every entry, in address order, until f returns false.
+// f must not call the registry or lock or unlock on the device.
+func (v Registry) Each(f func(pinned.EntryInfo) bool) { v.r.Each(f) }
+
+// Dump writes one line per entry, in address order.
+func (v Registry) Dump(w io.Writer) { v.r.Dump(w) }

@@ -36,6 +36,7 @@ type world struct {
 	align64, pinned, pooled, nullFb *alloc.Allocator
 	blocks                          []sentinel
 	host                            *target.Device
+	pinDev                          *target.Device // the device the pinned allocator pins for (the default device)
 	lockBuf                         uintptr
 	regLen                          int
 	live                            int64
@@ -69,6 +70,10 @@ func newWorld(t *testing.T) *world {
 	}
 	w.host, err = target.Get(target.InitialDevice())
 	require.NoError(t, err)
+	// With a GPU the default device is the GPU, whose registry holds the
+	// pinned allocator's chunks (issue 27 item 13: not the host's).
+	w.pinDev, err = target.Get(target.DefaultDevice())
+	require.NoError(t, err)
 	w.lockBuf = hostBuf(t, sentinelLock)
 	for range 2 {
 		_, err := w.host.LockMem(w.lockBuf, sentinelLock)
@@ -101,7 +106,7 @@ func (w *world) intact(t *testing.T) {
 	require.True(t, ok, "the sentinel lock is still there")
 	require.Equal(t, 2, e.Refs, "the sentinel lock still has its two references")
 	require.Equal(t, uintptr(sentinelLock), e.Size)
-	require.True(t, w.host.Registry().IsPinned(uintptr(w.blocks[2].p)), "the pinned sentinel is still pinned")
+	require.True(t, w.pinDev.Registry().IsPinned(uintptr(w.blocks[2].p)), "the pinned sentinel is still pinned")
 	alloc.Trim()
 	require.Equal(t, w.regLen, w.host.Registry().Len(), "registry entries")
 	var live int64
@@ -230,7 +235,7 @@ func goAPICases() []badCase {
 	add("free of a pinned block through the default allocator unpins it", func(t *testing.T, w *world) {
 		p, err := w.pinned.Alloc(1 << 20)
 		require.NoError(t, err)
-		require.True(t, w.host.Registry().IsPinned(uintptr(p)))
+		require.True(t, w.pinDev.Registry().IsPinned(uintptr(p)))
 		require.NoError(t, alloc.Default().Free(p))
 	})
 	add("BlockSize and Owner of a foreign pointer", func(t *testing.T, w *world) {
@@ -541,7 +546,7 @@ func kmpCases() []badCase {
 	pinnedBlock := func(w *world) unsafe.Pointer { return w.blocks[2].p } // 1000 bytes, pinned
 	for _, off := range []uintptr{0, 16, 999} {
 		add(fmt.Sprintf("llvm_omp_target_unlock_mem of a pinned block never locked (+%d)", off), func(t *testing.T, w *world) {
-			warnsOnce(t, func() { kmp.TargetUnlockMem(unsafe.Add(pinnedBlock(w), off), host()) }, "held by the pinned heap")
+			warnsOnce(t, func() { kmp.TargetUnlockMem(unsafe.Add(pinnedBlock(w), off), w.pinDev.ID) }, "held by the pinned heap")
 		})
 	}
 	add("omp_target_memcpy far past a pinned block", func(t *testing.T, w *world) {

@@ -84,7 +84,8 @@ func fakeCUDAEnv(t *testing.T) []string {
 	// device pool is the size-class cache over cuMemAlloc_v2, whose
 	// failures the "cuMemAlloc" step injects; a failing
 	// cuMemAllocFromPoolAsync is kmp's TestTargetAllocPoolOnFakeGPU's.
-	return []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=", "OMPALLOC_DISABLE_CUDA=", "FAKECUDA_NO_MEMPOOLS=1"}
+	// Two devices whatever the parent's environment says.
+	return []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=", "OMPALLOC_DISABLE_CUDA=", "FAKECUDA_NO_MEMPOOLS=1", "FAKECUDA_DEVICES=2"}
 }
 
 // Driver calls of the fake CUDA driver fail one at a time; after each the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
 )
 
@@ -22,8 +23,8 @@ import (
 // old one's blocks.
 func TestDestroyRacingAlloc(t *testing.T) {
 	rounds := 2000
-	if testing.Short() {
-		rounds = 200
+	if testing.Short() || !testenv.LongTests() {
+		rounds = 200 // 2000 in the long run (testenv.LongEnv)
 	}
 	bad := 0
 	for round := 0; round < rounds && bad == 0; round++ {

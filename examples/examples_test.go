@@ -14,11 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // Every example is built (cgo-free, as users get it) and run with a time
 // bound; it must exit 0 and print what it is there to show.
 func TestExamples(t *testing.T) {
+	testenv.Long(t, "builds and runs every example program")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH to build the examples")

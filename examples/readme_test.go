@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/mdsnippet"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,6 +30,7 @@ var stubModules = map[string]string{
 // it has one. The snippets build in a module of their own that uses this
 // checkout for ompalloc and the stand-ins for gonum, Arrow and gorgonia.
 func TestREADMESnippets(t *testing.T) {
+	testenv.Long(t, "vets, builds and runs every Go snippet of the README")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH to build the snippets")

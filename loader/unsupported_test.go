@@ -6,15 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
 // Issue 10, item 5: on a system ompalloc does not support, a build fails
 // with one line that names the supported systems, not purego's internals.
 func TestUnsupportedSystemFailsWithOneLine(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cross-builds the module: not in -short")
-	}
+	testenv.Long(t, "cross-builds the module for windows and freebsd")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memprof"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -67,6 +68,7 @@ func allocateForProfile(t *testing.T, a *alloc.Allocator, n int, size uintptr) [
 // in-use figures that drop when blocks are freed while the allocated ones
 // stay.
 func TestProfileReadByPprof(t *testing.T) {
+	testenv.Long(t, "runs go tool pprof, which the go command may build first")
 	withRate(t, 1)
 	plain, err := alloc.New(memspace.Default)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,6 +21,7 @@ import (
 // checked by go vet in a module of their own that uses this checkout, as a
 // user's module would.
 func TestNoBackDoorIntoTheRegistry(t *testing.T) {
+	testenv.Long(t, "type-checks three programs in a module of their own with go vet")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH to type-check the programs")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // With the fake CUDA driver (two simulated GPUs), info lists them as
@@ -115,6 +116,7 @@ func TestFakeGPU(t *testing.T) {
 // device, which is mlock, still fails: the kernel's limit still binds.
 // scripts/gpu-check.sh runs the bench so.
 func TestFakeGPUPinnedLimitZero(t *testing.T) {
+	testenv.Long(t, "runs the bench on the fake GPU")
 	if runtime.GOOS != "linux" {
 		t.Skip("setpriv and prlimit are Linux tools")
 	}
@@ -170,6 +172,7 @@ func TestFakeGPUPinnedLimitZero(t *testing.T) {
 // the driver's name for the error; the other series are measured, and the
 // goal that needs the peak says it was not measured.
 func TestFakeGPUPeakFailure(t *testing.T) {
+	testenv.Long(t, "runs the bench on the fake GPU")
 	lib := fakedrv.Build(t, "fakecuda")
 	r := ompalloc(t, []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_FAIL=cuMemAllocHost=2"},
 		"bench", "--json", "--time", "2ms", "--sizes", "4K,1M", "--regions", "100")

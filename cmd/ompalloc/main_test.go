@@ -272,6 +272,7 @@ func benchJSON(t *testing.T, args ...string) *BenchReport {
 // and slowest beside it; --quiet prints no progress; a bad --repeat is a
 // usage error.
 func TestBenchRepeatAndSpread(t *testing.T) {
+	testenv.Long(t, "runs the bench")
 	rep := benchJSON(t, "--time", "5ms", "--repeat", "3", "--sizes", "64,4096", "--regions", "100")
 	require.Equal(t, 3, rep.RunsPerCase)
 	require.Equal(t, "quick", rep.Mode)
@@ -408,6 +409,7 @@ func svgDoc(t *testing.T, data []byte) map[string]int {
 // The transfer groups run on the host device when asked (--device with the
 // initial device's number), so this machine exercises them too.
 func TestBenchSVG(t *testing.T) {
+	testenv.Long(t, "runs the bench")
 	info, _ := infoJSON(t)
 	svg := filepath.Join(t.TempDir(), "bench.svg")
 	r := ompalloc(t, nil, "bench", "--svg", svg, "--time", "10ms", "--sizes", "64,4096",

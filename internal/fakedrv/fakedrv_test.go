@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -101,6 +102,7 @@ func TestRelocatedTestBinary(t *testing.T) {
 	if os.Getenv("FAKEDRV_RELOCATED") != "" {
 		t.Skip("already the relocated copy")
 	}
+	testenv.Long(t, "builds this package's test binary with -trimpath")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH")

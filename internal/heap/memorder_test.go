@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/pcpu"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // Issue 23 item 10: the in-flight marks and the publication of a span's
@@ -24,6 +25,7 @@ func TestMarksAndPublishAreAtomicInMachineCode(t *testing.T) {
 	if pcpu.RaceEnabled {
 		t.Skip("race builds take the atomic-add paths; the machine code differs")
 	}
+	testenv.Long(t, "builds and disassembles this package's test binary")
 	atomicStore := map[string]*regexp.Regexp{
 		"amd64": regexp.MustCompile(`\sXCHG[LQ]\s`),
 		"arm64": regexp.MustCompile(`\sSTLRW?\s`),

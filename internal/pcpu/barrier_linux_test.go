@@ -4,6 +4,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,8 +22,8 @@ func TestBarrierFallbackOrdersPlainStores(t *testing.T) {
 	require.NotPanics(t, Barrier)
 	require.ErrorIs(t, BarrierRefused(), syscall.EPERM)
 	rounds := int64(200)
-	if testing.Short() {
-		rounds = 50
+	if testing.Short() || !testenv.LongTests() {
+		rounds = 50 // 200 in the long run (testenv.LongEnv)
 	}
 	storeBuffering(t, rounds)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 const (
@@ -34,6 +35,7 @@ const (
 // child), comparing the resident bytes each added. Skips without a C
 // compiler.
 func TestHeldFragmentationAgainstGlibc(t *testing.T) {
+	testenv.Long(t, "65,536 random frees and allocations on glibc and on ompalloc, in two processes")
 	if runtime.GOOS != "linux" {
 		t.Skip("VmRSS is Linux's")
 	}

@@ -26,6 +26,7 @@ var kept = map[string]bool{
 	"OMPALLOC_REAL_HSA":     true,
 	"OMPALLOC_GPU_DRYRUN":   true,
 	"OMPALLOC_LEAKCHECK":    true,
+	LongEnv:                 true,
 	Marker:                  true,
 }
 

@@ -55,3 +55,21 @@ func TestNeutralize(t *testing.T) {
 	require.False(t, Neutralize(), "once neutralized (a child started with os.Environ), what is set now was set on purpose")
 	require.Equal(t, "0", os.Getenv("OMPALLOC_PINNED_LIMIT"))
 }
+
+// Long skips unless LongEnv is set, and Neutralize keeps LongEnv.
+func TestLong(t *testing.T) {
+	require.True(t, Kept(LongEnv), "Neutralize must keep the request for the long tests")
+	for _, tt := range []struct {
+		value string
+		runs  bool
+	}{{"", false}, {"1", true}} {
+		t.Setenv(LongEnv, tt.value)
+		ran := false
+		t.Run("long="+tt.value, func(t *testing.T) {
+			Long(t, "a test of Long")
+			ran = true
+		})
+		require.Equal(t, tt.runs, ran, "%s=%q", LongEnv, tt.value)
+	}
+	require.Equal(t, "internal/testenv/", pkgDir())
+}

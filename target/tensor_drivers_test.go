@@ -64,9 +64,9 @@ func TestTensorFakeDriversChild(t *testing.T) {
 	}
 }
 
-// tensorPool: the device pool against a driver, and device alloc+free of
-// 1 MiB through it against the driver's own (cuMemAlloc_v2+cuMemFree_v2,
-// hsa_amd_memory_pool_allocate+free), measured in the same run.
+// tensorPool: the device pool against a driver. What a cached block saves
+// against the driver's own alloc+free is measured by ompalloc bench
+// (device_alloc), not asserted here: timing is no unit test's to check.
 func tensorPool(t *testing.T, d *Device) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
@@ -101,31 +101,6 @@ func tensorPool(t *testing.T, d *Device) {
 	require.Zero(t, st.InUse)
 	require.NotZero(t, st.Reserved)
 
-	pool := testing.Benchmark(func(b *testing.B) {
-		for range b.N {
-			p, err := d.PoolAlloc(1<<20, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := d.PoolFree(p, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	driver := testing.Benchmark(func(b *testing.B) {
-		for range b.N {
-			p, err := d.Alloc(plugin.MemDevice, 1<<20)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := d.Free(plugin.MemDevice, p); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	t.Logf("device alloc+free of 1 MiB on %v: pool %d ns/op, driver %d ns/op (%.1fx)",
-		d, pool.NsPerOp(), driver.NsPerOp(), float64(driver.NsPerOp())/float64(max(pool.NsPerOp(), 1)))
-	require.Less(t, pool.NsPerOp(), driver.NsPerOp(), "a cached block costs less than the driver")
 	require.NoError(t, q.Synchronize()) // the last block freed waits for q's (empty) work until q is asked
 	// A driver pool gives back a free once the host observed it complete.
 	require.Eventually(t, func() bool {

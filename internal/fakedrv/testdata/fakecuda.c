@@ -1441,15 +1441,19 @@ static void *worker(void *arg) {
 			continue;
 		}
 		if (o->pool_op) { /* a stream-ordered allocation or free reached */
-			s->busy = 1;
+			/* Under the stream's lock (s->mu, then g_mu, as pool_enqueue):
+			   whoever can reuse a freed block also sees the stream without
+			   the free. cuStreamQuery: "Returns CUDA_SUCCESS if all
+			   operations in the stream specified by hStream have
+			   completed"; a free that reuse counts as performed
+			   (REUSE_ALLOW_OPPORTUNISTIC: "already completed frees") has
+			   completed. Done outside the lock, a host that got the block
+			   back could still see the stream busy (issue 28 item 9). */
 			s->head = o->next;
 			if (!s->head)
 				s->tail = NULL;
-			pthread_mutex_unlock(&s->mu);
 			pool_op_done(o);
 			free(o);
-			pthread_mutex_lock(&s->mu);
-			s->busy = 0;
 			pthread_cond_broadcast(&s->cv);
 			continue;
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
+	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/target/plugin"
@@ -18,23 +19,21 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.Neutralize(driversChildEnv, peerChildEnv, unavailableChildEnv, "OMPALLOC_TARGET_ORDERING_CHILD")
+	vmLck, hasVmLck := procstatus.VmLckKiB()
 	code := m.Run()
+	var msgs []string
 	if code == 0 {
-		// Before Shutdown, which would release them: nothing may still be
-		// locked or held by a queue.
-		for _, d := range Devices() {
-			if n := d.Registry().Len(); n != 0 {
-				fmt.Fprintf(os.Stderr, "FAIL: leak check: device %d: %d registry entries still held\n", d.ID, n)
-				code = 1
-			}
-			if st := d.StagingStats(); st.InUseBytes != 0 {
-				fmt.Fprintf(os.Stderr, "FAIL: leak check: device %d: %d staging bytes still held by queues\n", d.ID, st.InUseBytes)
-				code = 1
-			}
-		}
+		msgs = leaks()
 	}
 	if err := Shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, "shutdown:", err)
+		code = 1
+	}
+	if code == 0 {
+		msgs = append(msgs, vmLckLeak(vmLck, hasVmLck)...)
+	}
+	for _, msg := range msgs {
+		fmt.Fprintln(os.Stderr, "FAIL: leak check:", msg)
 		code = 1
 	}
 	os.Exit(code)

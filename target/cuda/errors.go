@@ -72,8 +72,9 @@ var (
 	// ErrWorkPending: the work of a queue destroyed after a failed wait is
 	// not known to be done yet (Queue.Query, Queue.Synchronize).
 	ErrWorkPending = errors.New("work of a destroyed queue not known done")
-	// ErrNotInitialised: Devices or Status before Init.
-	ErrNotInitialised = errors.New("CUDA plugin not initialised")
+	// ErrInitNotCalled: Status before the plugin's Init (not the driver's
+	// CUDA_ERROR_NOT_INITIALIZED, which is ErrNotInitialized).
+	ErrInitNotCalled = errors.New("CUDA plugin: Init not called")
 )
 
 // names are the driver's names of the codes this package may meet, used when

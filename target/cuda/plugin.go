@@ -111,7 +111,7 @@ func (p *cudaPlugin) Status() plugin.Status {
 		s.Library = p.drv.lib.Path
 	}
 	if p.initRes == "" {
-		s.Init, s.Err = "not initialised", ErrNotInitialised
+		s.Init, s.Err = "Init not called", ErrInitNotCalled
 	}
 	return s
 }

@@ -35,8 +35,8 @@ func TestInitEnumeratesDevices(t *testing.T) {
 func TestStatusBeforeInit(t *testing.T) {
 	p := newPlugin(&lazyDriver{lazy: loader.Lazy{Spec: Spec}})
 	st := p.Status()
-	require.Equal(t, "not initialised", st.Init)
-	require.ErrorIs(t, st.Err, ErrNotInitialised)
+	require.Equal(t, "Init not called", st.Init)
+	require.ErrorIs(t, st.Err, ErrInitNotCalled)
 	require.Empty(t, p.Devices())
 }
 
@@ -108,7 +108,7 @@ func TestLazyLoadChild(t *testing.T) {
 	}
 	p := New()
 	require.False(t, mapped(), "New loaded the driver")
-	require.Equal(t, "not initialised", p.Status().Init)
+	require.Equal(t, "Init not called", p.Status().Init)
 	require.False(t, mapped(), "Status loaded the driver")
 	require.NoError(t, p.Init())
 	require.True(t, mapped())

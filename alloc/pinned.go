@@ -102,7 +102,7 @@ func trimPinned() {
 }
 
 // pinSource maps memory and locks it through a device. It holds each chunk
-// (target.Device.HoldMem), so that a user's unlock cannot unlock it.
+// (target's holdMem, through internal/hooks), so that a user's unlock cannot unlock it.
 type pinSource struct {
 	dev  int
 	node int    // the node its chunks prefer; -1: the device's (Info().NUMANode)

@@ -33,7 +33,7 @@
 // *slog.Logger instead (kind bad_input), to count or silence it.
 //
 // For the idiomatic Go API with errors, typed slices (alloc.Make), an Arrow
-// allocator (alloc.Bytes) and statistics, use package alloc; both share one
+// allocator (alloc.NewArrowAllocator) and statistics, use package alloc; both share one
 // engine, and a handle from InitAllocator works with alloc.Lookup.
 //
 // # OpenMP 6.0

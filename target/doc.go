@@ -1,17 +1,19 @@
 // Package target gives a Go program the devices OpenMP numbers: get one,
-// allocate memory on it, copy to and from it, and page-lock host memory
-// for it:
+// allocate memory on it, copy typed slices to and from it, and page-lock
+// host memory for it:
 //
-//	d, err := target.Get(0) // the first GPU; the host on a machine without one
-//	buf, err := d.Alloc(plugin.MemDevice, n)
-//	err = target.Memcpy(buf, uintptr(unsafe.Pointer(&host[0])), n, 0, target.InitialDevice())
-//	dev, err := d.LockMem(p, n) // llvm_omp_target_lock_mem; d.UnlockMem(p) undoes it
-//	q, err := d.NewQueue()      // copies in order on q; q.Synchronize() waits
+//	d, err := target.Get(target.DefaultDevice()) // the first GPU; the host on a machine without one
+//	buf, err := target.AllocArray[float32](d, plugin.MemDevice, len(xs))
+//	err = target.CopyToDevice(buf, xs, nil)     // a nil queue: done on return
+//	err = target.CopyFromDevice(xs, buf, nil)
+//	h, err := target.Pin(xs, d.ID)              // page-locks a slice the program has; h.Unpin()
+//	q, err := d.NewQueue()                      // copies in order on q; q.Synchronize() waits
 //
-// (AllocArray, CopyToDevice and CopyFromDevice do the same with typed
-// slices and no unsafe.) Underneath it is the generic device layer: the
-// logic LLVM's GenericDeviceTy writes once for every vendor, over the thin
-// per-vendor plugin.Impl (target/host, target/cuda, target/amdgpu).
+// (Device.Alloc, Memcpy and Device.LockMem do the same with raw addresses,
+// as omp_target_alloc, omp_target_memcpy and llvm_omp_target_lock_mem do.)
+// Underneath it is the generic device layer: the logic LLVM's
+// GenericDeviceTy writes once for every vendor, over the thin per-vendor
+// plugin.Impl (target/host, target/cuda, target/amdgpu).
 //
 // # Numbering
 //

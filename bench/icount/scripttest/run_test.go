@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 // fakeValgrind prints cachegrind's summary line for "I refs" as
@@ -75,6 +77,7 @@ func rows(out string) map[string][]string {
 }
 
 func TestCountsAndGate(t *testing.T) {
+	testenv.Long(t, "runs bench/icount/run.sh three times, each building its Go program with go build and glibc's with gcc")
 	for _, tc := range []struct {
 		name, gate string
 		code       int

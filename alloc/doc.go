@@ -48,7 +48,8 @@
 //
 // Traits behave as OpenMP 5.2 says (see package traits for validation):
 // alignment = max(trait, argument, 16); pool_size is a quota on footprint
-// (size + header + padding); when an allocation cannot be served the
+// (size + header + padding: what Stats' FootprintLive counts, charged at
+// allocation, credited at Free, unchanged by a resize in place); when an allocation cannot be served the
 // fallback trait decides — null_fb returns an error, abort_fb panics,
 // default_mem_fb retries on omp_default_mem_alloc, allocator_fb on fb_data.
 // Unlike LLVM, every failure (quota, out of memory, failed pin) honours

@@ -141,8 +141,8 @@ func checkOwner(a *Allocator, info BlockInfo, what string) error {
 // resizeInPlace grows or shrinks the heap block at p to size where it lies,
 // zeroing bytes beyond its old size, and counts the change in its
 // allocator's Stats. It reports false, changing nothing, when the block has
-// no room (or is target memory), or when the growth does not fit its
-// allocator's pool_size (see rechargePool).
+// no room (or is target memory). The footprint does not change, nor does
+// the pool_size charge (see settlePool).
 func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
 	old, ok, err := heap.Resize(uintptr(p), size)
 	if err != nil {
@@ -154,15 +154,7 @@ func resizeInPlace(p unsafe.Pointer, size uintptr) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	a := owner(old.Owner)
-	if a != nil {
-		if a.rechargePool(uintptr(p), old, size) != nil {
-			// Back as it was (the block is the caller's); the caller moves
-			// it, and that allocation meets the quota and the fallback.
-			_, _, _ = heap.Resize(uintptr(p), old.Size)
-			return false, nil
-		}
-	}
+	a := owner(old.Owner) // its footprint, and so its pool_size charge, is unchanged
 	if size > old.Size {
 		cmem.Zero(uintptr(p)+old.Size, size-old.Size)
 	}

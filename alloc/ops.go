@@ -229,7 +229,9 @@ func (a *Allocator) try(size, align uintptr, zero bool) (unsafe.Pointer, error) 
 		return nil, a.heapError(err)
 	}
 	if foot > 0 && int64(f) != foot {
-		a.poolCharged(p, foot, int64(f))
+		if p, _, err = a.settlePool(p, f, size, al, foot, zero); err != nil {
+			return nil, err
+		}
 	}
 	if a.ptn != nil {
 		if err := a.ptn.place(p, size); err != nil {
@@ -330,7 +332,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	}
 	// heap.Free counted the block out of a's tally.
 	if a.traits.PoolSize > 0 {
-		a.releasePool(poolCharge(uintptr(p), b.Footprint))
+		a.releasePool(int64(b.Footprint)) // what it was charged (settlePool)
 	}
 	if a.head.Destroyed.Load() && a.releasable() { // the flag inline: releasable is not
 		a.release()
@@ -391,19 +393,15 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 		}
 	}
 	if a.heap != nil && (a.heap == b.Heap || a.pool != nil && a.pool.has(b.Heap)) && a.id == b.Owner && !a.head.Destroyed.Load() {
-		// Within its size class or page run the block grows (or shrinks) in
-		// place: same footprint, so the quota does not change either.
-		// A growth into a reused huge region is charged to the quota; one
-		// that does not fit moves, and that allocation meets the quota.
+		// Within its size class, page run or huge region the block grows
+		// (or shrinks) in place: same footprint, so the pool_size charge,
+		// which is the footprint, does not change either.
 		if old, ok, err := heap.ResizeInClass(uintptr(p), size, a.align); err == nil && ok {
-			if a.rechargePool(uintptr(p), old, size) == nil {
-				a.shards.t.Resize(int64(old.Size), int64(size))
-				if leakCheck.Load() {
-					leakResized(p, size)
-				}
-				return p, nil
+			a.shards.t.Resize(int64(old.Size), int64(size))
+			if leakCheck.Load() {
+				leakResized(p, size)
 			}
-			_, _, _ = heap.Resize(uintptr(p), old.Size) // back as it was
+			return p, nil
 		}
 	}
 	np, err := a.alloc(size, 0, false)

@@ -2,7 +2,6 @@ package alloc
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
@@ -39,60 +38,56 @@ func (a *Allocator) reservePool(size uintptr, foot int64) error {
 
 func (a *Allocator) releasePool(n int64) { a.poolUsed.Add(-n) }
 
-// poolCharges records what the quota was charged for blocks whose footprint
-// is not the one Footprint predicted: a reused huge region may be up to a
-// quarter larger than the block needs. The quota is charged what the block
-// needs, as libomp charges it, never more than asked: adding the region's
-// extra bytes could take the count above pool_size.
-var poolCharges sync.Map // block address → charged bytes (int64)
-
-// poolCharged settles the charge of the block at p: foot was reserved, f is
-// its real footprint.
-func (a *Allocator) poolCharged(p uintptr, foot, f int64) {
-	if f < foot {
-		a.releasePool(foot - f) // charged f, which Free takes back
-		return
-	}
-	poolCharges.Store(p, foot)
-}
-
-// poolCharge returns what the block at p with footprint foot was charged.
-func poolCharge(p, foot uintptr) int64 {
-	if foot > 2<<20 { // only huge regions are reused larger than asked
-		if v, ok := poolCharges.LoadAndDelete(p); ok {
-			return v.(int64)
+// settlePool makes a's pool_size charge for the block just allocated at p
+// the figure every other path uses: its footprint f, what the heap says it
+// occupies (FootprintLive counts the same), charged at allocation and
+// credited at Free, unchanged by a resize in place (a block's slot, page run
+// or region does not change there). foot was reserved from the prediction
+// (heap.Footprint); a kept huge region may be up to a quarter larger. When
+// the pool cannot take the difference, the block goes back and a region of
+// its own size is asked for (heap.AllocFresh); if even that is too large
+// (a pinned heap's regions round up), the allocation is refused with
+// ErrPoolExhausted. It returns the block to use, its footprint, or an error
+// with the block already freed.
+func (a *Allocator) settlePool(p, f uintptr, size, align uintptr, foot int64, zero bool) (uintptr, uintptr, error) {
+	for try := 0; ; try++ {
+		d := int64(f) - foot
+		if d <= 0 {
+			a.releasePool(-d)
+			return p, f, nil
+		}
+		if a.reservePool(size, d) == nil {
+			return p, f, nil
+		}
+		h := heapOfBlock(p)
+		a.unallocate(p)
+		if try > 0 || h == nil {
+			a.releasePool(foot)
+			return 0, 0, a.poolRefusal(size, int64(f))
+		}
+		var err error
+		if p, f, err = h.AllocFresh(size, align, a.id, zero, a.shards.t); err != nil {
+			a.releasePool(foot)
+			return 0, 0, a.heapError(err)
 		}
 	}
-	return int64(foot)
 }
 
-// rechargePool settles a's pool_size charge for the block at p (described
-// by old before the change) now resized in place to size bytes. Only a huge
-// block can need it: small and medium blocks are charged their whole slot
-// or page run, which in-place growth never leaves. A block in a reused
-// huge region is charged what it needs, less than the region; growing it
-// into the region charges the growth, and a growth past the quota is
-// refused (ErrPoolExhausted) with nothing changed. Shrinking gives back.
-func (a *Allocator) rechargePool(p uintptr, old heap.Block, size uintptr) error {
-	if a.traits.PoolSize == 0 || old.Footprint <= 2<<20 {
+func heapOfBlock(p uintptr) *heap.Heap {
+	b, err := heap.Inspect(p)
+	if err != nil {
 		return nil
 	}
-	charged := int64(old.Footprint)
-	if v, ok := poolCharges.Load(p); ok {
-		charged = v.(int64)
-	}
-	need := min(int64(heap.Footprint(size, a.align)), int64(old.Footprint))
-	if d := need - charged; d > 0 {
-		if err := a.reservePool(size, d); err != nil {
-			return fmt.Errorf("%w (growing a block of %d bytes in place to %d, charged %d so far)", err, old.Size, size, charged)
-		}
-	} else if d < 0 {
-		a.releasePool(-d)
-	}
-	if need == int64(old.Footprint) {
-		poolCharges.Delete(p)
-	} else {
-		poolCharges.Store(p, need)
-	}
-	return nil
+	return b.Heap
+}
+
+// unallocate gives back a block try has not handed out yet: the heap counts
+// it out of a's tally; the quota is the caller's to settle.
+func (a *Allocator) unallocate(p uintptr) { _, _, _ = heap.FreeCounted(p) }
+
+// poolRefusal is ErrPoolExhausted for a block whose footprint foot does not
+// fit what a's pool has left.
+func (a *Allocator) poolRefusal(size uintptr, foot int64) error {
+	return fmt.Errorf("%v: %w: %d bytes (%d with overhead) do not fit, %d of %d in use",
+		a, ErrPoolExhausted, size, foot, a.poolUsed.Load(), a.traits.PoolSize)
 }

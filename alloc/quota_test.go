@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
@@ -28,6 +29,7 @@ func TestPoolNeverExceededByReusedHugeRegion(t *testing.T) {
 	st := a.Stats()
 	require.LessOrEqual(t, st.PoolUsed, int64(pool), "PoolUsed %d > PoolSize %d", st.PoolUsed, pool)
 	require.Positive(t, st.PoolUsed)
+	require.Equal(t, st.FootprintLive, st.PoolUsed, "charged what it occupies (issue 29 item 12)")
 	require.NoError(t, Free(q))
 	require.Zero(t, a.Stats().PoolUsed, "what was charged is given back")
 	require.NoError(t, a.Destroy())
@@ -110,13 +112,15 @@ func TestBlockSizeOfTargetBlocks(t *testing.T) {
 }
 
 // Issue 23 item 5, with the issue's figures: a 10.5 MiB block of a 12 MiB
-// pool served from a kept 13 MiB region is charged 10.5 MiB (+16), a 1 MiB
-// block beside it 1 MiB (+16): PoolUsed 12,058,656. Growing the first in
-// place to 12 MiB charged nothing, so 13,631,488 bytes were live in the
-// 12,582,912-byte pool. A growth in place is now charged, and refused
-// (the block moves, and that allocation fails on the quota) past it.
+// pool served from a kept 13 MiB region was charged 10.5 MiB (+16), and
+// growing it in place to 12 MiB charged nothing: 13,631,488 bytes were live
+// in the 12,582,912-byte pool. Since issue 29 item 12 a block is charged
+// what it occupies (the region) on every path: in a 12 MiB pool the kept
+// 13 MiB region cannot be charged, so the block gets a region of its own
+// size; in a 16 MiB pool it takes the kept region, charged whole, and grows
+// inside it without a further charge. PoolUsed equals FootprintLive
+// throughout, and never passes pool_size.
 func TestPoolChargesInPlaceGrowth(t *testing.T) {
-	const pool = 12 << 20
 	grow := map[string]func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error){
 		"Realloc": func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error) {
 			return Realloc(p, n, nil)
@@ -135,52 +139,61 @@ func TestPoolChargesInPlaceGrowth(t *testing.T) {
 			return unsafe.Pointer(unsafe.SliceData(b)), nil
 		},
 	}
+	balanced := func(t *testing.T, a *Allocator, pool int64) {
+		t.Helper()
+		st := a.Stats()
+		require.Equal(t, st.FootprintLive, st.PoolUsed, "the charge is the footprint")
+		require.LessOrEqual(t, st.PoolUsed, pool)
+	}
 	for name, g := range grow {
-		t.Run(name, func(t *testing.T) {
-			Trim()
-			t.Cleanup(Trim)
-			big := mustNew(t, memspace.Default)
-			r, err := big.Alloc(13 << 20) // a 13 MiB region, freed and kept by the host heap
-			require.NoError(t, err)
-			require.NoError(t, Free(r))
+		for _, pool := range []int64{12 << 20, 16 << 20} {
+			t.Run(fmt.Sprintf("%s/pool %d MiB", name, pool>>20), func(t *testing.T) {
+				Trim()
+				t.Cleanup(Trim)
+				big := mustNew(t, memspace.Default)
+				r, err := big.Alloc(13 << 20) // a 13 MiB region, freed and kept by the host heap
+				require.NoError(t, err)
+				require.NoError(t, Free(r))
 
-			a := mustNew(t, memspace.Default, WithPoolSize(pool), WithFallback(traits.NullFb))
-			p, err := a.Alloc(10<<20 + 512<<10)
-			require.NoError(t, err)
-			info, err := Inspect(p)
-			require.NoError(t, err)
-			if info.Room != 13<<20 {
-				t.Skipf("the 10.5 MiB block did not reuse the kept 13 MiB region (room %d): nothing to grow into", info.Room)
-			}
-			q, err := a.Alloc(1 << 20)
-			require.NoError(t, err)
-			require.Equal(t, int64(12058656), a.Stats().PoolUsed)
-
-			// 12 MiB does not fit: refused, p as it was.
-			fill(p, 16, 0x5a)
-			np, err := g(a, p, 12<<20)
-			require.ErrorIs(t, err, ErrPoolExhausted)
-			require.Nil(t, np)
-			st := a.Stats()
-			require.Equal(t, int64(12058656), st.PoolUsed, "nothing charged for a refused growth")
-			require.LessOrEqual(t, st.BytesLive, int64(pool), "live bytes past pool_size")
-			sz, err := BlockSize(p)
-			require.NoError(t, err)
-			require.Equal(t, uintptr(10<<20+512<<10), sz, "the block keeps its size")
-			require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
-
-			// 10.875 MiB fits: in place, the growth charged.
-			np, err = g(a, p, 10<<20+896<<10)
-			require.NoError(t, err)
-			require.Equal(t, p, np, "grown in place")
-			st = a.Stats()
-			require.Equal(t, int64(12058656+384<<10), st.PoolUsed, "the growth is charged")
-			require.LessOrEqual(t, st.PoolUsed, int64(pool))
-			require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
-
-			require.NoError(t, Free(p))
-			require.NoError(t, Free(q))
-			require.Zero(t, a.Stats().PoolUsed, "what was charged is given back")
-		})
+				a := mustNew(t, memspace.Default, WithPoolSize(uintptr(pool)), WithFallback(traits.NullFb))
+				p, err := a.Alloc(10<<20 + 512<<10)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = Free(p) })
+				balanced(t, a, pool)
+				info, err := Inspect(p)
+				require.NoError(t, err)
+				if pool == 12<<20 {
+					require.Equal(t, uintptr(10<<20+512<<10), info.Room, "the kept 13 MiB region would pass the pool: a region of its own")
+					q, err := a.Alloc(1 << 20)
+					require.NoError(t, err)
+					balanced(t, a, pool)
+					fill(p, 16, 0x5a)
+					np, err := g(a, p, 12<<20) // moves, and the move does not fit
+					require.ErrorIs(t, err, ErrPoolExhausted)
+					require.Nil(t, np)
+					balanced(t, a, pool)
+					sz, err := BlockSize(p)
+					require.NoError(t, err)
+					require.Equal(t, uintptr(10<<20+512<<10), sz, "the block keeps its size")
+					require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
+					require.NoError(t, Free(q))
+				} else {
+					if info.Room != 13<<20 {
+						t.Skipf("the 10.5 MiB block did not reuse the kept 13 MiB region (room %d): nothing to grow into", info.Room)
+					}
+					require.Equal(t, int64(13<<20+16), a.Stats().PoolUsed, "charged the whole region")
+					fill(p, 16, 0x5a)
+					np, err := g(a, p, 12<<20)
+					require.NoError(t, err)
+					require.Equal(t, p, np, "grown in place")
+					balanced(t, a, pool)
+					require.Equal(t, int64(13<<20+16), a.Stats().PoolUsed, "nothing more to charge")
+					require.Equal(t, byte(0x5a), unsafe.Slice((*byte)(p), 16)[15])
+				}
+				require.NoError(t, Free(p))
+				p = nil
+				require.Zero(t, a.Stats().PoolUsed, "what was charged is given back")
+			})
+		}
 	}
 }

@@ -207,18 +207,9 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	s, fresh := h.reuseHuge(foot, align)
 	h.unlock()
 	if s == nil {
-		var p uintptr
-		if p, err = h.src.Acquire(foot, max(align, chunkSize)); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
+		if s, err = h.newRegion(foot, align); err != nil {
+			return 0, 0, false, err
 		}
-		ch := &chunk{heap: h, base: p, size: foot}
-		s = &span{chunk: ch, base: p, npages: foot / pageSize, size: foot}
-		ch.huge = s
-		h.mu.Lock()
-		h.mapped += foot
-		h.nhuge++
-		h.unlock()
-		setGranules(p, foot, ch)
 		fresh = true
 	}
 	s.owner, s.req = owner, size
@@ -227,6 +218,23 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		h.zeroBlock(s.base, size)
 	}
 	return s.base, s.size + descSize, false, nil
+}
+
+// newRegion maps a huge region of foot bytes of its own. h.mu not held.
+func (h *Heap) newRegion(foot, align uintptr) (*span, error) {
+	p, err := h.src.Acquire(foot, max(align, chunkSize))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
+	}
+	ch := &chunk{heap: h, base: p, size: foot}
+	s := &span{chunk: ch, base: p, npages: foot / pageSize, size: foot}
+	ch.huge = s
+	h.mu.Lock()
+	h.mapped += foot
+	h.nhuge++
+	h.unlock()
+	setGranules(p, foot, ch)
+	return s, nil
 }
 
 // maxSpare bounds the bytes of freed medium spans a heap keeps whole.

@@ -316,11 +316,14 @@ func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, *Tally,
 		return Block{}, nil, fmt.Errorf("%w: %#x", ErrInvalid, p)
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
-	t := tallyOf(b.Owner)                            // before the block is counted out (see FreeCounted)
-	if ch.huge == nil && h.cacheSpan(pid, s, b, t) { // unpins
+	t := tallyOf(b.Owner) // before the block is counted out (see FreeCounted)
+	// A chunk the source gave only in part (a pinned-bytes limit below a
+	// chunk) has too few pages to keep one whole for a block of its size:
+	// its pages go back at once, for blocks of any size (see keepOrFree).
+	if ch.huge == nil && ch.resv == 0 && h.cacheSpan(pid, s, b, t) { // unpins
 		return b, t, nil
 	}
-	if ch.huge != nil {
+	if ch.huge != nil || ch.resv != 0 {
 		pcpu.Unpin()
 	}
 	if t != nil {
@@ -337,7 +340,11 @@ func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, *Tally,
 func (h *Heap) keepOrFree(s *span) {
 	closed := h.closed.Load()
 	if s.chunk.huge == nil {
-		if h.spareN+int(s.size) <= maxSpare && !closed {
+		// Not in a chunk usable only in part: kept whole, its pages would be
+		// lost to blocks of every other size, and under a limit below one
+		// chunk nothing else may be locked (issue 29: after one freed
+		// 40,000-byte block a 64 KiB RLIMIT_MEMLOCK served no small block).
+		if h.spareN+int(s.size) <= maxSpare && !closed && s.chunk.resv == 0 {
 			// Keep the span whole for the next block of its size: no page
 			// search, no new span, and for pinned heaps no relocking.
 			h.spare[s.npages] = append(h.spare[s.npages], s)

@@ -36,7 +36,12 @@ func (e *causeError) Unwrap() []error { return []error{e.err, e.kind} }
 // range is not mapped; the process reached vm.max_map_count (every
 // separately locked range splits its mapping, so ~32k scattered locks
 // exhaust 65530); RLIMIT_MEMLOCK, which binds only without CAP_IPC_LOCK; or
-// no memory left to lock. EPERM and EAGAIN are the limit's too.
+// no memory left to lock. EAGAIN is the limit's too, and so is EPERM
+// without CAP_IPC_LOCK under a finite RLIMIT_MEMLOCK (a limit of 0). An
+// EPERM no limit explains (CAP_IPC_LOCK held, or no finite limit) is the
+// call refused: a seccomp filter returning EPERM for mlock (systemd's
+// SystemCallFilter= without @memlock, a container's seccomp profile) or a
+// security module; no memory is missing (ErrLockRefused).
 func lockError(err error, p, n uintptr) error {
 	if !errors.Is(err, syscall.ENOMEM) && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EPERM) {
 		return err
@@ -44,7 +49,12 @@ func lockError(err error, p, n uintptr) error {
 	if c := mapCause(err, p, n); c != nil {
 		return c
 	}
-	if !procstatus.HasCapIPCLock() && memlockFinite() {
+	capLock, finite := procstatus.HasCapIPCLock(), memlockFinite()
+	if errors.Is(err, syscall.EPERM) && (capLock || !finite) {
+		return &causeError{err: err, kind: ErrLockRefused,
+			cause: fmt.Sprintf("mlock was refused (EPERM) though no limit explains it (CAP_IPC_LOCK %v, RLIMIT_MEMLOCK %s): a seccomp filter or security module denies the call, commonly systemd's SystemCallFilter= (allow @memlock) or a container's seccomp profile (allow mlock and mlock2)", capLock, memlockLimit())}
+	}
+	if !capLock && finite {
 		return &lockLimitError{err: err, limit: memlockLimit()}
 	}
 	return &causeError{err: err, kind: ErrLockLimit,

@@ -13,7 +13,7 @@ import (
 // closes its devices, and VmLck is the kernel's own count of what is
 // locked.
 func TestMain(m *testing.M) {
-	testenv.Neutralize(limitChildEnv, mapCountChildEnv)
+	testenv.Neutralize(limitChildEnv, mapCountChildEnv, seccompChildEnv)
 	before, ok := procstatus.VmLckKiB()
 	code := m.Run()
 	if after, _ := procstatus.VmLckKiB(); code == 0 && ok && after != before {

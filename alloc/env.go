@@ -2,9 +2,9 @@ package alloc
 
 import (
 	"fmt"
-	"os"
 	"sync"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -17,8 +17,8 @@ var envOnce sync.Once
 func applyEnv() {
 	def, _ := Lookup(DefaultMem)
 	defaultAlloc.Store(def)
-	v, ok := os.LookupEnv(traits.EnvVar)
-	if !ok || v == "" {
+	v, ok := envvar.Lookup(traits.EnvVar) // blank: unset, as every variable
+	if !ok {
 		return
 	}
 	a, err := fromEnv(v)

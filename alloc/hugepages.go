@@ -2,11 +2,11 @@ package alloc
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/warn"
@@ -69,7 +69,7 @@ func initHugeMode() { hugeModeOnce.Do(func() { hugeModeVal.Store(int32(hugeModeF
 
 // hugeModeFromEnv reads OMPALLOC_HUGEPAGES; a bad value warns and reads as thp.
 func hugeModeFromEnv() HugePageMode {
-	v := os.Getenv(HugePagesEnv)
+	v, _ := envvar.Lookup(HugePagesEnv) // blank: unset, thp
 	m, err := ParseHugePageMode(v)
 	if err != nil {
 		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using thp", HugePagesEnv, v, err), err)

@@ -3,12 +3,12 @@ package alloc
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/envsize"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/hooks"
@@ -309,7 +309,7 @@ func (l *limit) init() {
 		def := pinlimit.Compute()
 		from := &limitFrom{def: def}
 		n := def.Bytes
-		if v := os.Getenv(PinnedLimitEnv); v != "" {
+		if v, ok := envvar.Lookup(PinnedLimitEnv); ok { // blank: unset, the default
 			if x, err := parseSize(v); err == nil {
 				n, from.env = int64(x), v
 			} else {

@@ -2,11 +2,11 @@ package target
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/ompalloc/ompalloc/internal/envsize"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
@@ -33,14 +33,14 @@ func warnEnv(name, value, why, using string) {
 
 func readEnv() (StagingConfig, pinreg.MapMode) {
 	cfg := DefaultStagingConfig()
-	if v, ok := os.LookupEnv(EnvStagingThreshold); ok {
+	if v, ok := envvar.Lookup(EnvStagingThreshold); ok {
 		if n, err := parseBytes(v); err != nil {
 			warnEnv(EnvStagingThreshold, v, err.Error(), strconv.FormatUint(uint64(cfg.Threshold), 10))
 		} else {
 			cfg.Threshold = n
 		}
 	}
-	if v, ok := os.LookupEnv(EnvStagingPool); ok {
+	if v, ok := envvar.Lookup(EnvStagingPool); ok {
 		if n, err := parseBytes(v); err != nil {
 			warnEnv(EnvStagingPool, v, err.Error(), strconv.FormatUint(uint64(cfg.MaxPoolBytes), 10))
 		} else {
@@ -48,7 +48,7 @@ func readEnv() (StagingConfig, pinreg.MapMode) {
 		}
 	}
 	mode := pinreg.MapOff
-	if v, ok := os.LookupEnv(EnvLockMapped); ok && v != "" {
+	if v, ok := envvar.Lookup(EnvLockMapped); ok {
 		m, err := pinreg.ParseMapMode(v)
 		if err != nil {
 			warnEnv(EnvLockMapped, v, err.Error(), "off")
@@ -61,9 +61,8 @@ func readEnv() (StagingConfig, pinreg.MapMode) {
 
 // defaultDevice reads OMP_DEFAULT_DEVICE against the initial device's number.
 func defaultDevice(initial int) int {
-	v, ok := os.LookupEnv(EnvDefaultDevice)
-	v = strings.TrimSpace(v)
-	if !ok || v == "" {
+	v, ok := envvar.Lookup(EnvDefaultDevice)
+	if !ok {
 		return 0
 	}
 	if strings.EqualFold(v, "initial") {

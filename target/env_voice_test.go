@@ -37,3 +37,26 @@ func TestEnvWarningsSpeakWithOneVoice(t *testing.T) {
 		})
 	}
 }
+
+// Issue 29, item 6: one rule for empty values. An empty
+// OMPALLOC_STAGING_*= warned while an empty OMPALLOC_PINNED_LIMIT= counted
+// as unset; now a variable set to nothing or to white space counts as
+// unset everywhere (internal/envvar): no warning, the default.
+func TestBlankEnvCountsAsUnset(t *testing.T) {
+	for _, name := range []string{EnvDefaultDevice, EnvStagingThreshold, EnvStagingPool, EnvLockMapped} {
+		for _, value := range []string{"", "  \t"} {
+			t.Run(name+"="+value, func(t *testing.T) {
+				t.Setenv(name, value)
+				warned := captureWarnings(t)
+				withPlugins(t, &fakePlugin{name: "f", impls: []plugin.Impl{newFake("a", 0), newFake("b", 0)}})
+				_, err := Get(0)
+				require.NoError(t, err)
+				require.Empty(t, warned(), "a blank %s is unset", name)
+				cfg, mode := readEnv()
+				require.Equal(t, DefaultStagingConfig(), cfg)
+				require.Equal(t, "off", mode.String())
+				require.Equal(t, 0, defaultDevice(2))
+			})
+		}
+	}
+}

@@ -138,7 +138,9 @@ func ParseEnv(value string) (EnvSpec, error) {
 		}
 		val, err := parseEnvValue(key, v)
 		if err != nil {
-			return fail(err, "%s=%s: %s", k, v, reasonOf(err))
+			// Quoted, as every value a warning repeats: a newline or ESC in
+			// it must not reach the terminal raw (issue 29).
+			return fail(err, "%s=%q: %s", key.Name(), v, reasonOf(err))
 		}
 		ts = append(ts, Trait{Key: key, Value: val})
 	}

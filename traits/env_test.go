@@ -120,7 +120,7 @@ func TestParseEnvRejected(t *testing.T) {
 		{"unknown key", "omp_default_mem_space:colour=red", `unknown trait "colour"`, false},
 		{"omp_atk_ prefixed key", "omp_default_mem_space:omp_atk_pinned=true", `unknown trait "omp_atk_pinned"`, false},
 		{"non-env key", "omp_default_mem_space:pin_device=0", `trait "pin_device" cannot be set through OMP_ALLOCATOR`, false},
-		{"bad access name", "omp_const_mem_space:access=none,pinned=false", `access=none: unknown value "none"`, true},
+		{"bad access name", "omp_const_mem_space:access=none,pinned=false", `access="none": unknown value "none"`, true},
 		{"bad sync_hint", "omp_default_mem_space:sync_hint=sometimes", `unknown value "sometimes" (want one of contended, uncontended, serialized, private)`, true},
 		{"bad fallback", "omp_default_mem_space:fallback=retry", `unknown value "retry"`, true},
 		{"bad partition", "omp_default_mem_space:partition=striped", `unknown value "striped"`, true},
@@ -178,5 +178,5 @@ func ExampleParseEnv() {
 	// Output:
 	// omp_large_cap_mem_space [{omp_atk_alignment 64} {omp_atk_pinned 1}] <nil>
 	// omp_cgroup_mem_alloc omp_default_mem_space
-	// OMP_ALLOCATOR="omp_default_mem_space:access=none": access=none: unknown value "none" (want one of all, memspace, device, cgroup, pteam, thread)
+	// OMP_ALLOCATOR="omp_default_mem_space:access=none": access="none": unknown value "none" (want one of all, memspace, device, cgroup, pteam, thread)
 }

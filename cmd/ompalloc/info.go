@@ -12,6 +12,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/envsize"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -361,7 +362,7 @@ func limitText(v int64) string {
 // runtime prints its own warning for a bad value (once, on stderr); the
 // reason is repeated here so that --json carries it.
 func envAllocator() EnvAllocator {
-	v, set := os.LookupEnv(traits.EnvVar)
+	v, set := envvar.Lookup(traits.EnvVar) // blank counts as unset, as in the runtime
 	def := alloc.Default()
 	e := EnvAllocator{
 		Set: set, Value: v, Resolved: def.String(), Handle: uint64(def.Handle()),
@@ -567,7 +568,7 @@ func hugePagesLine(h HugePagesInfo) string {
 // part of a single chunk, and any larger than what is left fail.
 func pinnedLimitSource(max int64) (source, warning string) {
 	def := pinlimit.Compute()
-	v := os.Getenv(alloc.PinnedLimitEnv)
+	v, _ := envvar.Lookup(alloc.PinnedLimitEnv)
 	_, bad := envsize.Parse(v)
 	switch {
 	case v != "" && bad == nil:

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -69,7 +71,34 @@ func Emit(kind, pkg, msg string, err error) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Fprintf(out, "ompalloc: warning: %s\n", msg)
+	fmt.Fprintf(out, "ompalloc: warning: %s\n", oneLine(msg))
+}
+
+// oneLine escapes the control characters of msg (newline, CR, ESC, ...)
+// as Go's %q would, so that a warning is one line and a value taken from
+// the environment cannot forge a second warning or drive the terminal.
+// Messages quote such values already; this is the last guard.
+func oneLine(msg string) string {
+	clean := true
+	for i := 0; i < len(msg); i++ {
+		if c := msg[i]; c < 0x20 || c == 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return msg
+	}
+	var b strings.Builder
+	for _, r := range msg {
+		if r < 0x20 || r == 0x7f {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Printf is Emit with a formatted message and no error.

@@ -1,10 +1,10 @@
 package cuda
 
 import (
-	"os"
 	"strings"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
@@ -31,8 +31,8 @@ const (
 // core busy), yield and auto are the other choices. A bad value warns once
 // and reads as blocking.
 func schedFlag() uint32 {
-	v := os.Getenv(EnvSched)
-	switch strings.ToLower(strings.TrimSpace(v)) {
+	v, _ := envvar.Lookup(EnvSched) // blank: unset, blocking
+	switch strings.ToLower(v) {
 	case "", "blocking", "blocking_sync":
 		return cuCtxSchedBlockingSync
 	case "spin":

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ompalloc/ompalloc/internal/cgroup"
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
@@ -358,11 +359,49 @@ func (a *Allocator) heapError(err error) error {
 func (l *limit) reserve(n uintptr, dev int) error {
 	l.init()
 	max := l.max.Load()
+	if err := l.checkRoom(n, max); err != nil {
+		return err
+	}
 	if used, ok := reserve(&l.used, int64(n), max); !ok {
 		return fmt.Errorf("%w: %d more bytes would exceed the pinned-memory limit of %d bytes (%d pinned), %s",
 			ErrPinFailed, n, max, used, l.why(dev))
 	}
 	return nil
+}
+
+// cgroupNow reads the memory cgroup level that leaves the process the
+// least room, as it is now (tests feed it fixtures).
+var cgroupNow = cgroup.Memory
+
+// checkRoom refuses n more bytes when the memory cgroup has no room for
+// them now. The limit in force was decided once, but a cgroup's limit can
+// be lowered and its usage (siblings', the rest of the process's) grows
+// while the process runs; pinning past the room is an OOM kill, not an
+// error. So each chunk or region to lock (rare next to its mlock, which
+// costs far more than reading a few small files) takes the cgroup's share
+// again (pinlimit.ShareNow: half the limit, three quarters of the room at
+// most, the room counting what is pinned already), whatever set the limit.
+// Only no limit at all (OMPALLOC_PINNED_LIMIT=0, SetPinnedLimit(0)) skips
+// it, as asked.
+func (l *limit) checkRoom(n uintptr, limit int64) error {
+	if limit == 0 {
+		return nil
+	}
+	c, ok := cgroupNow()
+	if !ok {
+		return nil
+	}
+	used := l.used.Load()
+	share := pinlimit.ShareNow(c, used)
+	if used+int64(n) <= share {
+		return nil
+	}
+	where := fmt.Sprintf("the %s of %s at %s", c.Name(), pinlimit.Size(c.Bytes), c.File)
+	if c.Usage >= 0 {
+		where += fmt.Sprintf(" (%s in use there now)", pinlimit.Size(c.Usage))
+	}
+	return fmt.Errorf("%w: %d more bytes would take pinned memory to %d bytes, past the %d that %s leaves for it now (its limit or usage changed since the pinned limit was set): locked memory counts against the cgroup and cannot be reclaimed, so pinning further would end in the OOM killer; raise its memory limit, or pin less",
+		ErrPinFailed, n, used+int64(n), max(share, 0), where)
 }
 
 // why says where the limit came from and what raises it.

@@ -32,12 +32,27 @@ func (l Limit) String() string {
 // (9223372036854771712 bytes with 4 KiB pages); anything this large is none.
 const unlimited = 1 << 62
 
-// Memory returns the smallest memory limit on this process: ok is false
-// when no cgroup limits it.
+// Room is what the limit leaves: Bytes less Usage (Bytes when the usage is
+// unknown), never below zero. A cgroup's usage counts its whole subtree, so
+// at an ancestor it holds what sibling groups use too.
+func (l Limit) Room() int64 {
+	return max(l.Bytes-max(l.Usage, 0), 0)
+}
+
+// Memory returns the memory limit on this process that leaves it the least
+// room: ok is false when no cgroup limits it. It reads the files each time
+// (limits and usage change at run time).
 func Memory() (Limit, bool) { return MemoryAt("/") }
 
 // MemoryAt is Memory for the tree below root: root/proc/self/cgroup,
 // root/proc/self/mountinfo, and the mount points they name, below root.
+//
+// Every level binds: the process's own cgroup and each ancestor, each with
+// memory.max and memory.high (v2) or memory.limit_in_bytes (v1). The one
+// returned is the least room (limit less that level's usage), not the
+// smallest limit: a parent of 192 MiB whose other child holds 120 MiB
+// leaves 72 MiB, whatever the process's own 160 MiB says. Ties go to the
+// smaller limit.
 func MemoryAt(root string) (Limit, bool) {
 	groups := readGroups(filepath.Join(root, "proc/self/cgroup"))
 	var best Limit
@@ -54,7 +69,7 @@ func MemoryAt(root string) (Limit, bool) {
 			continue
 		}
 		for _, l := range limitsOf(root, m, cg) {
-			if !found || l.Bytes < best.Bytes {
+			if !found || l.Room() < best.Room() || l.Room() == best.Room() && l.Bytes < best.Bytes {
 				best, found = l, true
 			}
 		}

@@ -75,6 +75,44 @@ func TestMemoryFixtures(t *testing.T) {
 			"mnt/cg/leaf/memory.max": "33554432\n",
 			"mnt/cg/memory.max":      "67108864\n",
 		}},
+		// Issue 29, item 2: the parent's 192 MiB with a sibling holding
+		// 120 MiB leaves less than the process's own 160 MiB group: the
+		// smallest limit (160 MiB) was taken, and the process OOM-killed.
+		{name: "v2, nested: the parent's room, not the smallest limit", ok: true, bytes: 192 * mib, file: "sys/fs/cgroup/parent/memory.max", ver: 2, usage: 126 * mib, files: map[string]string{
+			"proc/self/cgroup":                        "0::/parent/own\n",
+			"proc/self/mountinfo":                     v2Mount,
+			"sys/fs/cgroup/parent/memory.max":         "201326592\n",
+			"sys/fs/cgroup/parent/memory.current":     "132120576\n",
+			"sys/fs/cgroup/parent/sibling/memory.max": "max\n",
+			"sys/fs/cgroup/parent/own/memory.max":     "167772160\n",
+			"sys/fs/cgroup/parent/own/memory.current": "6291456\n",
+		}},
+		{name: "v2, nested: memory.high's room binds as memory.max's does", ok: true, bytes: 100 * mib, file: "sys/fs/cgroup/parent/own/memory.high", ver: 2, usage: 90 * mib, files: map[string]string{
+			"proc/self/cgroup":                        "0::/parent/own\n",
+			"proc/self/mountinfo":                     v2Mount,
+			"sys/fs/cgroup/parent/memory.max":         "209715200\n",
+			"sys/fs/cgroup/parent/memory.current":     "99614720\n",
+			"sys/fs/cgroup/parent/own/memory.max":     "167772160\n",
+			"sys/fs/cgroup/parent/own/memory.high":    "104857600\n",
+			"sys/fs/cgroup/parent/own/memory.current": "94371840\n",
+		}},
+		{name: "v2, nested: the parent's memory.high with siblings", ok: true, bytes: 192 * mib, file: "sys/fs/cgroup/parent/memory.high", ver: 2, usage: 126 * mib, files: map[string]string{
+			"proc/self/cgroup":                        "0::/parent/own\n",
+			"proc/self/mountinfo":                     v2Mount,
+			"sys/fs/cgroup/parent/memory.max":         "max\n",
+			"sys/fs/cgroup/parent/memory.high":        "201326592\n",
+			"sys/fs/cgroup/parent/memory.current":     "132120576\n",
+			"sys/fs/cgroup/parent/own/memory.max":     "167772160\n",
+			"sys/fs/cgroup/parent/own/memory.current": "6291456\n",
+		}},
+		{name: "v1, nested: the parent's room, not the smallest limit", ok: true, bytes: 192 * mib, file: "sys/fs/cgroup/memory/parent/memory.limit_in_bytes", ver: 1, usage: 126 * mib, files: map[string]string{
+			"proc/self/cgroup":    "4:memory:/parent/own\n",
+			"proc/self/mountinfo": v1Mount,
+			"sys/fs/cgroup/memory/parent/memory.limit_in_bytes":     "201326592\n",
+			"sys/fs/cgroup/memory/parent/memory.usage_in_bytes":     "132120576\n",
+			"sys/fs/cgroup/memory/parent/own/memory.limit_in_bytes": "167772160\n",
+			"sys/fs/cgroup/memory/parent/own/memory.usage_in_bytes": "6291456\n",
+		}},
 		{name: "v1 memory controller, nested, unlimited at the top", ok: true, bytes: 256 * mib, file: "sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes", ver: 1, usage: 20 * mib, files: map[string]string{
 			"proc/self/cgroup":                                           "9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/\n",
 			"proc/self/mountinfo":                                        v1Mount,
@@ -125,6 +163,7 @@ func TestMemoryFixtures(t *testing.T) {
 			require.Equal(t, tc.ver, l.Version)
 			require.Equal(t, tc.usage, l.Usage)
 			require.Contains(t, l.String(), l.Name())
+			require.Equal(t, tc.bytes-max(tc.usage, 0), l.Room())
 		})
 	}
 }

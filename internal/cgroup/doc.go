@@ -2,7 +2,10 @@
 // this process: cgroup v2 memory.max and memory.high, cgroup v1
 // memory.limit_in_bytes, of the process's own cgroup and every ancestor up
 // to the hierarchy's mount (an ancestor's limit binds too), and reports the
-// smallest with the file it came from and that cgroup's usage.
+// one that leaves the least room (its limit less its usage, which at an
+// ancestor counts sibling groups too), with the file it came from and that
+// cgroup's usage. Limits and usage change while a process runs: Memory
+// reads them again at each call.
 //
 // Locked pages count against a memory cgroup and cannot be reclaimed, so a
 // process pinning past its cgroup's limit is killed by the OOM killer, not

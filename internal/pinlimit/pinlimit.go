@@ -42,6 +42,20 @@ func CgroupShare(l cgroup.Limit) int64 {
 	return max(n, minCgroupShare)
 }
 
+// ShareNow is CgroupShare taken again while the process runs, with pinned
+// bytes already locked: locked pages are charged to the cgroup, so the
+// room they took is counted back, and the answer is the total the process
+// may have pinned now. At the start (pinned 0) it is CgroupShare without
+// its floor; when the limit was lowered, or the rest of the process or a
+// sibling group grew, it is less.
+func ShareNow(l cgroup.Limit, pinned int64) int64 {
+	n := l.Bytes / 2
+	if l.Usage >= 0 {
+		n = min(n, (l.Room()+pinned)/4*3)
+	}
+	return n
+}
+
 // decide picks the default from the facts in d (tests call it with made-up
 // ones; Compute reads the machine's).
 func (d Default) decide() Default {

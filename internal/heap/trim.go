@@ -15,6 +15,12 @@ import (
 // an old cache, and Trim owns them. Trim therefore costs a GC cycle; it is
 // meant for rare calls (DestroyAllocator, idle periods, tests).
 func (h *Heap) Trim() uintptr {
+	released := h.trim()
+	h.WaitReleases() // the chunks it let go, and any a Free let go before
+	return released
+}
+
+func (h *Heap) trim() uintptr {
 	h.mu.Lock()
 	old := *h.caches.Load()
 	fresh := make([]*pcache, len(old))
@@ -61,6 +67,7 @@ func (h *Heap) Close() {
 	h.closed.Store(true)
 	h.cfg.KeepChunks, h.cfg.KeepHuge = 0, 0
 	h.unlock()
+	h.WaitReleases()
 }
 
 // Stats describes what a heap holds.

@@ -42,7 +42,7 @@ ROOT=$PWD
 VERBOSE=0
 if [[ ${1:-} == -v ]]; then VERBOSE=1; shift; fi
 PKGS=("$@")
-((${#PKGS[@]})) || PKGS=(internal/numa memspace alloc kmp cmd/ompalloc)
+((${#PKGS[@]})) || PKGS=(internal/numa memspace alloc kmp cmd/ompalloc internal/cgroup internal/reliability)
 CACHE=${NUMA_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ompalloc/numa-vm}
 TIMEOUT=${NUMA_VM_TIMEOUT:-900}
 TOPO=${NUMA_VM_TOPOLOGY:-hmat}
@@ -110,6 +110,10 @@ for p in "${PKGS[@]}"; do
 	# cmd/ompalloc: the CLI's info and placement, not its benchmarks (they
 	# measure speed, minutes under TCG, nothing NUMA).
 	[[ $p == cmd/ompalloc ]] && echo '^(TestInfo|TestWriteNUMA|TestPool|TestPlaceOnNode|TestExplain|TestUsage|TestHelp)' >"$rootfs/src/$p/run"
+	# internal/reliability: its tests with real memory cgroups (the guest
+	# mounts cgroup2 with the memory controller; the machines CI and
+	# developers use may have v1 only).
+	[[ $p == internal/reliability ]] && echo '^TestCgroup' >"$rootfs/src/$p/run"
 done
 # Every testdata folder where the repository has it (tests read their
 # neighbours' fixtures, as memspace reads internal/numa's).
@@ -139,6 +143,10 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
+# cgroup v2, for the tests of the pinned limit against real memory groups
+# (internal/reliability's TestCgroup*): the init's root group may enable
+# the memory controller for groups below it.
+mkdir -p /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "NUMAVM cgroup2: mount failed"
 ulimit -l unlimited
 say() { echo "NUMAVM $*"; }
 # tiers: node 3's soft-reserved memory, a dax device (dax_hmem), becomes
@@ -160,6 +168,7 @@ for n in /sys/devices/system/node/node[0-9]*; do
 	a=$n/access0/initiators
 	say "$(basename $n): cpus=$(cat $n/cpulist) mem=$(awk '/MemTotal/ {print $4$5}' $n/meminfo) dist=$(cat $n/distance | tr ' ' ,) bw=$(cat $a/read_bandwidth 2>/dev/null) lat=$(cat $a/read_latency 2>/dev/null) init=$(ls $a 2>/dev/null | grep node | tr '\n' ,)"
 done
+say "cgroup2: controllers $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null)"
 for t in /sys/devices/virtual/memory_tiering/memory_tier*; do [ -e $t/nodelist ] && say "$(basename $t): $(cat $t/nodelist)"; done
 for d in /sys/bus/pci/devices/*; do
 	[ "$(cat $d/vendor):$(cat $d/device)" = 0x1af4:0x1044 ] && say "pci $(basename $d) numa_node=$(cat $d/numa_node)"

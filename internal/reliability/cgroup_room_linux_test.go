@@ -190,9 +190,14 @@ func cgroupBase(t *testing.T) (string, int) {
 }
 
 // makeGroup makes cgroup parent/name with a memory limit (0: none),
-// removed at cleanup, and lets its children use the memory controller (v2).
+// removed at cleanup. v2: the parent gives its children the memory
+// controller first; a group that does so may hold no process (no internal
+// processes: CLONE_INTO_CGROUP into it is EBUSY), so leaves never do.
 func makeGroup(t *testing.T, parent, name string, version int, limit int64) string {
 	t.Helper()
+	if version == 2 {
+		require.NoError(t, os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0))
+	}
 	d := filepath.Join(parent, name)
 	if err := os.Mkdir(d, 0o755); err != nil {
 		t.Skipf("cannot make a cgroup below %s: %v", parent, err)
@@ -203,11 +208,6 @@ func makeGroup(t *testing.T, parent, name string, version int, limit int64) stri
 	}
 	if limit > 0 {
 		setLimit(t, d, version, limit)
-	}
-	if version == 2 {
-		// Children need the controller enabled here; a group that holds
-		// processes cannot (no internal processes), and these never do.
-		require.NoError(t, os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+memory"), 0))
 	}
 	return d
 }

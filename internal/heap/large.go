@@ -89,7 +89,22 @@ func (h *Heap) addChunk(p, usable uintptr) *chunk {
 }
 
 // acquireChunk gets a chunk from the source, and how much of it is usable.
+// A source that refuses while chunks are on their way back to it (their
+// release waits for a grace period on a goroutine of its own: giveback.go)
+// is asked again once they are back: under a pinned-bytes limit they hold
+// the room a new chunk needs. h.mu held; dropped meanwhile.
 func (h *Heap) acquireChunk(need uintptr) (p, usable uintptr, err error) {
+	p, usable, err = h.acquireChunkOnce(need)
+	if err != nil && h.relChunks+h.relHuge > 0 {
+		h.mu.Unlock()
+		h.WaitReleases()
+		h.mu.Lock()
+		p, usable, err = h.acquireChunkOnce(need)
+	}
+	return p, usable, err
+}
+
+func (h *Heap) acquireChunkOnce(need uintptr) (p, usable uintptr, err error) {
 	if ps, ok := h.src.(PartialSource); ok {
 		p, usable, err = ps.AcquireChunk(chunkSize, chunkSize, need)
 		if err == nil && (usable < need || usable > chunkSize || usable%pageSize != 0) {
@@ -223,6 +238,15 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 // newRegion maps a huge region of foot bytes of its own. h.mu not held.
 func (h *Heap) newRegion(foot, align uintptr) (*span, error) {
 	p, err := h.src.Acquire(foot, max(align, chunkSize))
+	if err != nil {
+		h.mu.Lock()
+		inFlight := h.relChunks+h.relHuge > 0
+		h.mu.Unlock()
+		if inFlight { // as acquireChunk: what goes back may make room
+			h.WaitReleases()
+			p, err = h.src.Acquire(foot, max(align, chunkSize))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
 	}

@@ -14,7 +14,7 @@
 // splits its mapping), RLIMIT_MEMLOCK with its value when it binds (no
 // CAP_IPC_LOCK; ErrLockLimit), the call refused outright (EPERM that no
 // limit explains: a seccomp filter such as systemd's SystemCallFilter= or a
-// container's profile; ErrLockRefused), or no memory left to lock. A munlock the
+// container's profile; the error matches syscall.EPERM), or no memory left to lock. A munlock the
 // kernel refuses at vm.max_map_count leaves the range locked as before and
 // counted, and wraps pinned.ErrStillLocked, so the registry keeps its entry
 // and the unlock can be retried.

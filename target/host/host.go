@@ -17,10 +17,12 @@ var (
 	// ErrLockLimit: mlock refused to lock more memory (RLIMIT_MEMLOCK, or
 	// no memory the kernel may lock).
 	ErrLockLimit = errors.New("page-lock limit reached")
-	// ErrLockRefused: mlock was refused outright (EPERM) where no limit
-	// explains it: a seccomp filter (systemd SystemCallFilter=, a
+	// errLockRefused marks an mlock refused outright (EPERM) where no
+	// limit explains it: a seccomp filter (systemd SystemCallFilter=, a
 	// container's seccomp profile) or a security module denies the call.
-	ErrLockRefused = errors.New("mlock refused")
+	// Unexported (the public API is kept small, issue 28): callers test
+	// errors.Is(err, syscall.EPERM), which the error also matches.
+	errLockRefused = errors.New("mlock refused")
 	// ErrUnmapped: part of the range to lock is not mapped.
 	ErrUnmapped = errors.New("range not mapped")
 	// ErrMapCount: the process has vm.max_map_count mappings, and locking

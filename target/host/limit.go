@@ -41,7 +41,7 @@ func (e *causeError) Unwrap() []error { return []error{e.err, e.kind} }
 // EPERM no limit explains (CAP_IPC_LOCK held, or no finite limit) is the
 // call refused: a seccomp filter returning EPERM for mlock (systemd's
 // SystemCallFilter= without @memlock, a container's seccomp profile) or a
-// security module; no memory is missing (ErrLockRefused).
+// security module; no memory is missing (errLockRefused).
 func lockError(err error, p, n uintptr) error {
 	if !errors.Is(err, syscall.ENOMEM) && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EPERM) {
 		return err
@@ -51,7 +51,7 @@ func lockError(err error, p, n uintptr) error {
 	}
 	capLock, finite := procstatus.HasCapIPCLock(), memlockFinite()
 	if errors.Is(err, syscall.EPERM) && (capLock || !finite) {
-		return &causeError{err: err, kind: ErrLockRefused,
+		return &causeError{err: err, kind: errLockRefused,
 			cause: fmt.Sprintf("mlock was refused (EPERM) though no limit explains it (CAP_IPC_LOCK %v, RLIMIT_MEMLOCK %s): a seccomp filter or security module denies the call, commonly systemd's SystemCallFilter= (allow @memlock) or a container's seccomp profile (allow mlock and mlock2)", capLock, memlockLimit())}
 	}
 	if !capLock && finite {

@@ -46,7 +46,7 @@ func TestLockRefusedBySeccompChild(t *testing.T) {
 	}
 	_, err := d.LockHost(p, pageSize)
 	require.ErrorIs(t, err, syscall.EPERM)
-	require.ErrorIs(t, err, ErrLockRefused)
+	require.ErrorIs(t, err, errLockRefused)
 	require.NotErrorIs(t, err, ErrLockLimit)
 	msg := err.Error()
 	t.Log(msg)

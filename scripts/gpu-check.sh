@@ -24,7 +24,7 @@
 # its tests take the default device for the host, whose pinning is mlock and
 # shows in VmLck; the GPU stays device 0 for the tests that address it):
 #   - the test binaries (target/cuda's real-driver test, target, kmp, alloc,
-#     pinned, loader, internal/fakedrv; tests that need a C compiler to build
+#     internal/pinreg (the registry), loader, internal/fakedrv; tests that need a C compiler to build
 #     the fake drivers skip, saying so): OUT/tests.log, one line per package;
 #   - `ompalloc info --json`: OUT/info.json;
 #   - `ompalloc bench --json --svg` with OMPALLOC_PINNED_LIMIT=0 (ompalloc's
@@ -74,7 +74,7 @@ cmd=${1:-}
 dir=${2:-.gpu}
 
 # The packages whose tests go into the bundle.
-pkgs=(target/cuda target kmp alloc pinned loader internal/fakedrv)
+pkgs=(target/cuda target kmp alloc internal/pinreg loader internal/fakedrv)
 
 case $cmd in
 build)

@@ -67,13 +67,13 @@ func placementOf(ms memspace.ID, set traits.Set) (numa.Spec, bool) {
 }
 
 // hostHeapFor returns the heap of an unpinned host allocator, and the pool
-// of heaps per node it draws on when it has one (nearestPool).
+// of heaps per node it draws on when it has one (nodePool).
 func hostHeapFor(ms memspace.ID, set traits.Set) (*heap.Heap, *pinnedPool) {
 	s, ok := placementOf(ms, set)
 	if !ok {
 		return hostHeap(), nil
 	}
-	if pp := nearestPool(s); pp != nil {
+	if pp := nodePool(s); pp != nil {
 		return pp.heaps[0], pp
 	}
 	return placedHeap(s), nil
@@ -89,13 +89,30 @@ func hostHeapFor(ms memspace.ID, set traits.Set) (*heap.Heap, *pinnedPool) {
 // node-1 thread and reused by a node-0 thread would keep its node-1 pages:
 // OpenMP promises memory nearest to the thread that allocates. Preferred,
 // not bound: a full node gives other memory rather than failing.
+//
+// The default partition (environment) on a memory space of several nodes
+// (high_bw on a two-socket machine with HBM per socket, a sub-memory space)
+// draws on such a pool too (issue 29 item 9): with one heap bound to all of
+// them, a socket-1 thread's freed blocks, and the pages it touched first,
+// went to socket-0 threads, whose high_bw memory then lay on the other
+// socket's HBM, slower for them than their own DDR. Each heap serves the
+// CPU nodes nearest its memory node, and its chunks stay bound
+// (MPOL_BIND) to all of the space's nodes: the kernel takes, for each page,
+// the space's node nearest the CPU that faults it in (mbind(2)), which is
+// the heap's own node for its threads, and another of the space's nodes
+// when that one is full, never memory outside the space. memkind's
+// high-bandwidth kind likewise takes the HBM node closest to the caller. A
+// partition trait of nearest, blocked or interleaved decides otherwise.
 var nearestPools = map[string]*pinnedPool{} // by numa.Spec.Key; placedMu
 
-// nearestPool returns the pool of heaps per node of nearest placement s,
-// or nil where one heap does it (not nearest, one CPU node, or one node of
-// the memory space nearest to every CPU node).
-func nearestPool(s numa.Spec) *pinnedPool {
-	if s.Partition != numa.Nearest {
+// nodePool returns the pool of heaps per node of placement s, or nil where
+// one heap does it: neither nearest nor environment on several nodes, one
+// CPU node, or one node of the memory space nearest to every CPU node.
+func nodePool(s numa.Spec) *pinnedPool {
+	switch {
+	case s.Partition == numa.Nearest:
+	case s.Partition == numa.Environment && len(s.Nodes) > 1:
+	default:
 		return nil
 	}
 	top := numa.System() // chunks are bound: the machine's nodes, never a fixture's
@@ -126,7 +143,11 @@ func nearestPool(s numa.Spec) *pinnedPool {
 	pp := &pinnedPool{dev: -1}
 	for _, n := range nodes {
 		name := fmt.Sprintf("host(%s, node %d)", k, n)
-		src := &placeSource{spec: numa.Spec{Partition: numa.Nearest, Nodes: []int{n}}, name: name}
+		spec := numa.Spec{Partition: numa.Nearest, Nodes: []int{n}}
+		if s.Partition == numa.Environment {
+			spec = s // bound to the space; the faulting CPU's nearest node of it
+		}
+		src := &placeSource{spec: spec, name: name}
 		pp.heaps = append(pp.heaps, heap.New(src, heap.Config{Name: name, KeepChunks: 1, KeepHuge: 64 << 20}))
 	}
 	pp.route(top, nodes)
@@ -180,9 +201,16 @@ func (s *placeSource) Release(p, n uintptr) error { return heap.MapSource{}.Rele
 
 // Placement describes where the allocator's memory goes: the partition,
 // the NUMA nodes and the kernel policy its chunks get (in numa_maps words).
-// Target and pinned allocators report the partition only.
+// Target and pinned allocators report the partition only, and a pinned
+// allocator on a memory space of some nodes the nodes its chunks are bound
+// to.
 func (a *Allocator) Placement() string {
 	part := partitionOf(a.traits.Partition)
+	if a.target == nil && a.traits.Pinned {
+		if pp := pinnedPoolOf(a.heap); pp != nil && pp.bound != nil {
+			return fmt.Sprintf("%v (not applied to this memory); pinned chunks bound to nodes %s before locking", part, numa.FormatList(pp.bound))
+		}
+	}
 	if a.target != nil || a.traits.Pinned {
 		return part.String() + " (not applied to this memory)"
 	}
@@ -194,6 +222,10 @@ func (a *Allocator) Placement() string {
 		var far int64
 		for i := range a.pool.far {
 			far += a.pool.far[i].Load()
+		}
+		if part == numa.Environment {
+			return fmt.Sprintf("%v on nodes %s: a heap per node %s, the caller's nearest node's first, bind to nodes %s per chunk (each page on the node of them nearest the CPU that touches it first; %d blocks served from another node's heap)",
+				part, numa.FormatList(s.Nodes), numa.FormatList(a.pool.nodes), numa.FormatList(s.Nodes), far)
 		}
 		return fmt.Sprintf("%v: a heap per node %s, the caller's node's first, MPOL_PREFERRED per chunk (%d blocks served from another node's heap)",
 			part, numa.FormatList(a.pool.nodes), far)

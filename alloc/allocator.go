@@ -249,7 +249,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.heap = pinnedHeap(dev)
+		a.heap = pinnedHeapOn(dev, ms)
 	default:
 		a.heap, a.pool = hostHeapFor(ms, set)
 	}
@@ -310,7 +310,7 @@ func (a *Allocator) buildOnDevices(ms memspace.ID, set traits.Set) error {
 				return err
 			}
 		}
-		a.heap = pinnedHeap(dev)
+		a.heap = pinnedHeapOn(dev, ms) // a sub-memory space's nodes bind it
 		return nil
 	}
 	if d.Nodes != nil {

@@ -61,7 +61,14 @@
 // Memory spaces: default, large_cap, const, high_bw and low_lat are all
 // backed by ordinary host memory on hosts without special memory (see
 // package memspace); high_bw and large_cap bind their chunks to HBM or
-// capacity (CXL) NUMA nodes where the machine has them. The partition trait
+// capacity (CXL) NUMA nodes where the machine has them. With the default
+// partition, a space of several such nodes (HBM on each socket) serves each
+// thread from the node of the space nearest to it, as partition=nearest
+// does (a heap per node); blocked and interleaved spread over all of them.
+// A pinned allocator on such a space locks memory bound to the space's
+// nodes too (its device's pool for those nodes, PoolStats.Bound); a chunk
+// that cannot be had there fails (ErrPlacement, or the lock's error) and
+// the fallback trait decides: never DDR in silence. The partition trait
 // reaches the kernel through mbind(2) on each chunk (see Allocator.Placement). The target memory spaces allocate from the default
 // device's plugin, one driver call per block.
 package alloc

@@ -13,9 +13,11 @@ import (
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/hooks"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -38,8 +40,16 @@ const (
 
 var (
 	pinnedMu    sync.Mutex
-	pinnedPools = map[int]*pinnedPool{} // by device (pinnodes.go)
+	pinnedPools = map[pinKey]*pinnedPool{} // by device, and bound nodes (pinnodes.go)
 )
+
+// pinKey names a pinned pool: a device's own (bound ""), or one whose chunks
+// are bound to a memory space's nodes (FormatList) and locked through the
+// device, for pinned allocators on high_bw, large_cap or a sub-memory space.
+type pinKey struct {
+	dev   int
+	bound string
+}
 
 // Shutdown of the devices must not pull locked chunks from under the pinned
 // heaps: first give back the idle ones; target refuses while any stay held.
@@ -59,13 +69,41 @@ func pinDevice(set traits.Set) (int, error) {
 // heap, or the first node's when it has one per node (pinnedPoolOf tells).
 func pinnedHeap(dev int) *heap.Heap { return pinnedPoolFor(dev).heaps[0] }
 
+// pinnedHeapOn is pinnedHeap for a pinned allocator on memory space ms:
+// where ms is restricted to some NUMA nodes (high_bw on HBM, large_cap on
+// CXL memory, a sub-memory space), the home heap of the device's pool
+// bound to them; else the device's own pool's. Without memory policies
+// (macOS) no node can be honoured, as for unpinned memory (placementOf).
+func pinnedHeapOn(dev int, ms memspace.ID) *heap.Heap {
+	if numa.Supported() {
+		if nodes, restricted, _ := memspace.Placement(ms); restricted {
+			return boundPinnedPoolFor(dev, nodes).heaps[0]
+		}
+	}
+	return pinnedHeap(dev)
+}
+
 func pinnedPoolFor(dev int) *pinnedPool {
 	pinnedMu.Lock()
 	defer pinnedMu.Unlock()
-	pp := pinnedPools[dev]
+	pp := pinnedPools[pinKey{dev: dev}]
 	if pp == nil {
 		pp = newPinnedPool(dev)
-		pinnedPools[dev] = pp
+		pinnedPools[pinKey{dev: dev}] = pp
+	}
+	return pp
+}
+
+// boundPinnedPoolFor returns the pinned pool of device dev whose chunks are
+// bound to nodes (a memory space's, ascending).
+func boundPinnedPoolFor(dev int, nodes []int) *pinnedPool {
+	k := pinKey{dev: dev, bound: numa.FormatList(nodes)}
+	pinnedMu.Lock()
+	defer pinnedMu.Unlock()
+	pp := pinnedPools[k]
+	if pp == nil {
+		pp = newBoundPinnedPool(dev, nodes)
+		pinnedPools[k] = pp
 	}
 	return pp
 }
@@ -107,6 +145,7 @@ func trimPinned() {
 type pinSource struct {
 	dev  int
 	node int    // the node its chunks prefer; -1: the device's (Info().NUMANode)
+	bind []int  // non-nil: the nodes its chunks are bound to instead (boundPinnedPoolFor)
 	name string // the owner the registry names
 	heap string // its heap's name, for errors
 
@@ -167,7 +206,11 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 	if err == nil {
 		err = fault.Check(fault.PinLock)
 	}
-	if err == nil {
+	if err == nil && s.bind != nil {
+		// Bound before locking faults the pages in (numa.go): a refusal
+		// fails the chunk, never leaves it elsewhere.
+		err = numa.Apply(p, numa.Plan(n, pageSize, numa.Spec{Partition: numa.Environment, Nodes: s.bind}, nil))
+	} else if err == nil {
 		node := s.node
 		if node < 0 {
 			node = d.Info().NUMANode

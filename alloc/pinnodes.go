@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -28,6 +29,7 @@ import (
 // is unchanged: no node lookup at all.
 type pinnedPool struct {
 	dev   int
+	bound []int          // nil, or the memory space's nodes every chunk is bound to (newBoundPinnedPool)
 	heaps []*heap.Heap   // one, or one per node (ascending node)
 	srcs  []*pinSource   // heaps[i]'s source
 	nodes []int          // heaps[i]'s node; [-1] for a single heap (the device's node)
@@ -97,6 +99,45 @@ func newPinnedPool(dev int) *pinnedPool {
 	for _, n := range nodes {
 		name := fmt.Sprintf("pinned(device %d, node %d)", dev, n)
 		pp.add(name, &pinSource{dev: dev, node: n, name: fmt.Sprintf("the pinned heap of device %d on node %d", dev, n), heap: name})
+	}
+	pp.route(top, nodes)
+	return pp
+}
+
+// newBoundPinnedPool makes the pinned pool of device dev for pinned
+// allocators on a memory space of some NUMA nodes (high_bw on HBM nodes,
+// large_cap on CXL nodes, a sub-memory space): every chunk is bound
+// (MPOL_BIND) to those nodes before it is locked, so that locking faults
+// its pages in there, on the node of them nearest the locking thread; a
+// chunk the nodes cannot hold fails, and the allocator's fallback trait
+// decides (issue 29 item 10: before, these allocators drew on the
+// device's own pool, DDR on the caller's node, without a word). Where the
+// space's nodes nearest to the CPU nodes differ (HBM on each socket), it
+// keeps a heap per such node, routed as a device's pool per node is, so a
+// thread reuses blocks of its own socket's memory.
+func newBoundPinnedPool(dev int, bound []int) *pinnedPool {
+	top := numa.System() // chunks are bound: the machine's nodes, never a fixture's
+	pp := &pinnedPool{dev: dev, bound: slices.Clone(bound)}
+	list := numa.FormatList(bound)
+	var nodes []int
+	for _, c := range poolNodes(top, -1) {
+		if m := top.Nearest(c, bound); !slices.Contains(nodes, m) {
+			nodes = append(nodes, m)
+		}
+	}
+	if len(nodes) < 2 {
+		name := fmt.Sprintf("pinned(device %d, nodes %s)", dev, list)
+		pp.add(name, &pinSource{dev: dev, node: -1, bind: pp.bound, heap: name,
+			name: fmt.Sprintf("the pinned heap of device %d bound to nodes %s", dev, list)})
+		pp.nodes, pp.near, pp.order = []int{-1}, nil, [][]int{{0}}
+		pp.far = make([]atomic.Int64, 1)
+		return pp
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		name := fmt.Sprintf("pinned(device %d, nodes %s, node %d)", dev, list, n)
+		pp.add(name, &pinSource{dev: dev, node: n, bind: pp.bound, heap: name,
+			name: fmt.Sprintf("the pinned heap of device %d bound to nodes %s, for node %d", dev, list, n)})
 	}
 	pp.route(top, nodes)
 	return pp

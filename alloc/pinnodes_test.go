@@ -34,8 +34,8 @@ func fixture(t *testing.T, name string) *numa.Topology {
 func dropPinnedPool(t *testing.T, dev int) {
 	t.Helper()
 	pinnedMu.Lock()
-	pp := pinnedPools[dev]
-	delete(pinnedPools, dev)
+	pp := pinnedPools[pinKey{dev: dev}]
+	delete(pinnedPools, pinKey{dev: dev})
 	pinnedMu.Unlock()
 	if pp == nil {
 		return
@@ -129,7 +129,7 @@ func poolOf(t *testing.T, dev int) *pinnedPool {
 	t.Helper()
 	pinnedMu.Lock()
 	defer pinnedMu.Unlock()
-	pp := pinnedPools[dev]
+	pp := pinnedPools[pinKey{dev: dev}]
 	require.NotNil(t, pp, "device %d has a pinned pool", dev)
 	return pp
 }

@@ -175,6 +175,137 @@ func TestNearestFollowsTheCaller(t *testing.T) {
 	}
 }
 
+// multiNodeSpaces returns the host memory spaces of several nodes whose
+// nearest node differs between CPU nodes (high_bw with HBM per socket, a
+// sub-memory space of memory-only nodes), with their nodes; it skips when
+// this machine has none.
+func multiNodeSpaces(t *testing.T, cpus []int) map[string]struct {
+	ms    memspace.ID
+	nodes []int
+} {
+	t.Helper()
+	top := numa.System()
+	out := map[string]struct {
+		ms    memspace.ID
+		nodes []int
+	}{}
+	add := func(name string, ms memspace.ID, nodes []int) {
+		near := map[int]bool{}
+		for _, c := range cpus {
+			near[top.Nearest(c, nodes)] = true
+		}
+		if len(nodes) > 1 && len(near) > 1 {
+			out[name] = struct {
+				ms    memspace.ID
+				nodes []int
+			}{ms, nodes}
+		}
+	}
+	for _, ms := range []memspace.ID{memspace.HighBw, memspace.LargeCap} {
+		if nodes, restricted, _ := memspace.Placement(ms); restricted {
+			add(ms.String(), ms, nodes)
+		}
+	}
+	var memOnly []int
+	for _, n := range top.Nodes {
+		if n.MemoryOnly() {
+			memOnly = append(memOnly, n.ID)
+		}
+	}
+	if len(memOnly) > 1 {
+		sub, err := memspace.OnNodes(memspace.Default, memOnly)
+		require.NoError(t, err)
+		add("memory-only nodes "+numa.FormatList(memOnly), sub, memOnly)
+	}
+	if len(out) == 0 {
+		t.Skip("needs a memory space of several nodes nearest to different CPU nodes (HBM per socket: NUMA_VM_TOPOLOGY=hbm-cxl); this machine has none")
+	}
+	return out
+}
+
+// TestMultiNodeSpaceServesTheNearestNode (issue 29 item 9): with the
+// default partition, an allocator on a memory space of several nodes
+// (high_bw with HBM on each socket) gives each CPU node's threads memory on
+// the space's node nearest to them, also blocks another socket's thread
+// freed (before, one heap bound to all of them: after a socket-1 thread
+// used it, socket 0's 64 B, 64 KiB and 1 MiB blocks and a reused 16 MiB
+// block lay on socket 1's HBM).
+func TestMultiNodeSpaceServesTheNearestNode(t *testing.T) {
+	cpus := needCPUNodes(t)
+	top := numa.System()
+	for name, sp := range multiNodeSpaces(t, cpus) {
+		t.Run(name, func(t *testing.T) {
+			a := mustNew(t, sp.ms)
+			for _, size := range []uintptr{64, 64 << 10, 1 << 20, 16 << 20} {
+				last := cpus[len(cpus)-1]
+				require.Equal(t, []int{top.Nearest(last, sp.nodes)}, allocOn(t, a, last, size), "%d bytes on node %d", size, last)
+				for _, c := range cpus {
+					require.Equal(t, []int{top.Nearest(c, sp.nodes)}, allocOn(t, a, c, size), "%d bytes for a thread on node %d", size, c)
+				}
+			}
+			require.Contains(t, a.Placement(), "a heap per node")
+			// A partition trait decides otherwise: blocked spreads one
+			// block over every node of the space.
+			b := mustNew(t, sp.ms, WithTrait(traits.Partition, traits.Blocked))
+			big := uintptr(len(sp.nodes)) * 4 << 20
+			require.Equal(t, sp.nodes, allocOn(t, b, cpus[0], big), "blocked over %v", sp.nodes)
+		})
+	}
+}
+
+// TestPinnedMemorySpaceLandsOnItsNodes (issue 29 item 10): a pinned
+// allocator on a memory space restricted to some nodes (high_bw on HBM,
+// large_cap on CXL memory, a sub-memory space) locks memory on those
+// nodes, for each CPU node the nearest of them; before, every pinned
+// allocator drew on the device's pool, DDR on the caller's node.
+func TestPinnedMemorySpaceLandsOnItsNodes(t *testing.T) {
+	needMempolicy(t)
+	top := numa.System()
+	var cpus []int
+	for _, n := range top.Nodes {
+		if len(n.CPUs) > 0 && n.MemTotal > 0 {
+			cpus = append(cpus, n.ID)
+		}
+	}
+	type space struct {
+		name  string
+		ms    memspace.ID
+		nodes []int
+	}
+	var spaces []space
+	for _, ms := range []memspace.ID{memspace.HighBw, memspace.LargeCap} {
+		if nodes, restricted, _ := memspace.Placement(ms); restricted {
+			spaces = append(spaces, space{ms.String(), ms, nodes})
+		}
+	}
+	var memOnly []int
+	for _, n := range top.Nodes {
+		if n.MemoryOnly() {
+			memOnly = append(memOnly, n.ID)
+		}
+	}
+	if len(memOnly) > 0 {
+		sub, err := memspace.OnNodes(memspace.Default, memOnly)
+		require.NoError(t, err)
+		spaces = append(spaces, space{"memory-only nodes " + numa.FormatList(memOnly), sub, memOnly})
+	}
+	if len(spaces) == 0 || len(cpus) == 0 {
+		t.Skip("needs memory-only NUMA nodes (HBM, CXL: scripts/numa-vm.sh); this machine has none")
+	}
+	for _, sp := range spaces {
+		t.Run(sp.name, func(t *testing.T) {
+			a := mustNew(t, sp.ms, WithPinned(true), WithPinDevice(target.InitialDevice()))
+			for _, size := range []uintptr{64, 1 << 20, 8 << 20} {
+				for _, c := range append([]int{cpus[len(cpus)-1]}, cpus...) {
+					require.Equal(t, []int{top.Nearest(c, sp.nodes)}, allocOn(t, a, c, size),
+						"a %d-byte pinned block of %s for a thread on node %d", size, sp.name, c)
+				}
+			}
+			require.Contains(t, a.Placement(), "bound to nodes "+numa.FormatList(sp.nodes))
+		})
+	}
+}
+
 // TestPlacementLandsOnTheNodes: interleaved spreads a block's pages over
 // every node, blocked gives each node one contiguous run in node order,
 // high_bw and large_cap blocks lie on the nodes the topology names.

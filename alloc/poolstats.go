@@ -1,12 +1,14 @@
 package alloc
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/numa"
 )
 
 // A device's pinned pool is shared: every pinned allocator pinning through
@@ -28,6 +30,11 @@ const (
 // PoolStats describes one device's pinned pool.
 type PoolStats struct {
 	Device int // the device that locks the pool's memory
+	// Bound is nil for the device's own pool; for the pool of pinned
+	// allocators on a memory space of some NUMA nodes (high_bw, large_cap,
+	// a sub-memory space) it is those nodes, which its chunks are bound to
+	// (MPOL_BIND) before they are locked.
+	Bound []int
 
 	Locked uintptr // bytes locked for the pool: chunks, huge regions, and chunks waiting for an unlock
 	// Idle is the part of Locked kept for reuse with no block in it: empty
@@ -93,21 +100,29 @@ type poolCounts struct {
 }
 
 // PinnedPools returns the pinned pools that exist, one per device that has
-// pinned memory for an allocator, in device order.
+// pinned memory for an allocator, and one per device and memory space of
+// some NUMA nodes that pinned allocators on high_bw, large_cap or a
+// sub-memory space use (PoolStats.Bound), in device order, a device's own
+// pool first.
 func PinnedPools() []PoolStats {
 	pools := pinnedPoolList() // heap.Stats may wait for a release: not under pinnedMu
 	out := make([]PoolStats, 0, len(pools))
 	for _, pp := range pools {
 		out = append(out, poolStatsLocked(pp))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Device != out[j].Device {
+			return out[i].Device < out[j].Device
+		}
+		return numa.FormatList(out[i].Bound) < numa.FormatList(out[j].Bound) // the device's own pool first
+	})
 	return out
 }
 
 // PinnedPool returns the pinned pool of device dev, if it has one.
 func PinnedPool(dev int) (PoolStats, bool) {
 	pinnedMu.Lock()
-	pp, ok := pinnedPools[dev]
+	pp, ok := pinnedPools[pinKey{dev: dev}]
 	pinnedMu.Unlock()
 	if !ok {
 		return PoolStats{}, false
@@ -120,7 +135,7 @@ func PinnedPool(dev int) (PoolStats, bool) {
 // device's node, or a one-node machine).
 func PinnedPoolNodes(dev int) []int {
 	pinnedMu.Lock()
-	pp, ok := pinnedPools[dev]
+	pp, ok := pinnedPools[pinKey{dev: dev}]
 	pinnedMu.Unlock()
 	if ok {
 		if !pp.multi() {
@@ -134,7 +149,7 @@ func PinnedPoolNodes(dev int) []int {
 // poolStatsLocked reads one pool (its heaps and sources never change, so
 // pinnedMu need not be held).
 func poolStatsLocked(pp *pinnedPool) PoolStats {
-	st := PoolStats{Device: pp.dev}
+	st := PoolStats{Device: pp.dev, Bound: slices.Clone(pp.bound)}
 	for i, h := range pp.heaps {
 		hs := h.Stats()
 		src := pp.srcs[i]

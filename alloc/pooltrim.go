@@ -10,12 +10,18 @@ package alloc
 // pool releases nothing. Like Trim it costs a garbage-collection cycle.
 func TrimPinnedPool(dev int) uintptr {
 	pinnedMu.Lock()
-	pp := pinnedPools[dev]
-	pinnedMu.Unlock()
-	if pp == nil {
-		return 0
+	var pps []*pinnedPool
+	for k, pp := range pinnedPools {
+		if k.dev == dev {
+			pps = append(pps, pp) // its own, and those bound to a memory space's nodes
+		}
 	}
-	return trimPool(pp)
+	pinnedMu.Unlock()
+	var n uintptr
+	for _, pp := range pps {
+		n += trimPool(pp)
+	}
+	return n
 }
 
 func trimPool(pp *pinnedPool) uintptr {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -289,4 +290,70 @@ func TestReadGuestTiers(t *testing.T) {
 	require.Equal(t, []int{3}, tr.LargeCap)
 	require.Contains(t, tr.LargeCapWhy, "node 3: memory-only, memory tier 22, slower than the CPU nodes' tier 4")
 	require.Nil(t, tr.HighBw, "node 2 sits in the CPU nodes' tier")
+}
+
+// TestReadGuestHBMCXL: the sysfs of Debian's 6.12 kernel on the two-socket
+// guest (NUMA_VM_TOPOLOGY=hbm-cxl; issue 29 item 11). From 6.10 the kernel
+// builds memory tiers from HMAT: HBM (nodes 2, 3) in a tier above the CPU
+// nodes' DRAM, CXL (node 4) below. HMAT and the tiers alone each classify
+// the nodes the same way, so the tier path (machines whose firmware gives
+// tiers but no HMAT figures we read) is checked on a real kernel's tiers;
+// each socket's HBM is the nearest to its CPUs.
+func TestReadGuestHBMCXL(t *testing.T) {
+	top := numa.Read("testdata/qemu-hbm-cxl")
+	require.Equal(t, []int{0, 1, 2, 3, 4}, top.IDs())
+	for id, tier := range map[int]int{0: 4, 1: 4, 2: 1, 3: 1, 4: 56} {
+		n, ok := top.Node(id)
+		require.True(t, ok)
+		require.Equal(t, tier, n.Tier, "node %d", id)
+		require.NotNil(t, n.Access, "node %d: HMAT", id)
+	}
+	hmat := top.Tiers()
+	require.Equal(t, []int{2, 3}, hmat.HighBw)
+	require.Equal(t, []int{4}, hmat.LargeCap)
+	require.Contains(t, hmat.HighBwWhy, "node 2: HMAT read bandwidth 524288 MB/s > 131072 MB/s")
+
+	tiersOnly := *top
+	tiersOnly.Nodes = slices.Clone(top.Nodes)
+	for i := range tiersOnly.Nodes {
+		tiersOnly.Nodes[i].Access = nil
+	}
+	tr := tiersOnly.Tiers()
+	require.Equal(t, hmat.HighBw, tr.HighBw)
+	require.Equal(t, hmat.LargeCap, tr.LargeCap)
+	require.Contains(t, tr.HighBwWhy, "node 3: memory tier 1, faster than the CPU nodes' tier 4")
+	require.Contains(t, tr.LargeCapWhy, "node 4: memory-only, memory tier 56, slower than the CPU nodes' tier 4")
+
+	require.Equal(t, 2, top.Nearest(0, hmat.HighBw), "socket 0's HBM")
+	require.Equal(t, 3, top.Nearest(1, hmat.HighBw), "socket 1's HBM")
+	require.Equal(t, 13, top.Distance(1, 3))
+	require.Equal(t, 32, top.Distance(1, 4))
+}
+
+// TestSystemTiersAgreeWithHMAT: on a kernel that builds memory tiers from
+// HMAT (>= 6.10; the hbm-cxl guest), classifying this machine's nodes by
+// the tiers alone gives what HMAT gives. It skips where the kernel puts
+// every node in one tier (6.1) or there are no HMAT figures.
+func TestSystemTiersAgreeWithHMAT(t *testing.T) {
+	top := numa.System()
+	hmat := top.Tiers()
+	tiers := map[int]bool{}
+	withHMAT := false
+	for _, n := range top.Nodes {
+		if n.MemTotal > 0 && n.Tier >= 0 {
+			tiers[n.Tier] = true
+		}
+		withHMAT = withHMAT || n.Access != nil && n.Access.ReadBandwidth > 0
+	}
+	if len(tiers) < 2 || !withHMAT {
+		t.Skipf("needs HMAT and at least two memory tiers (a kernel >= 6.10 with HMAT: NUMA_VM_TOPOLOGY=hbm-cxl); this machine has %d tiers, HMAT %v", len(tiers), withHMAT)
+	}
+	tiersOnly := *top
+	tiersOnly.Nodes = slices.Clone(top.Nodes)
+	for i := range tiersOnly.Nodes {
+		tiersOnly.Nodes[i].Access = nil
+	}
+	tr := tiersOnly.Tiers()
+	require.Equal(t, hmat.HighBw, tr.HighBw, "high_bw by HMAT (%s) and by tier (%s)", hmat.HighBwWhy, tr.HighBwWhy)
+	require.Equal(t, hmat.LargeCap, tr.LargeCap, "large_cap by HMAT (%s) and by tier (%s)", hmat.LargeCapWhy, tr.LargeCapWhy)
 }

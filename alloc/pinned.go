@@ -133,6 +133,13 @@ func trimPinned() {
 	}
 	pinnedMu.Unlock()
 	for _, h := range hs {
+		// Each Trim costs a GC cycle (its grace period); a heap that holds
+		// no memory (a pool bound to a memory space's nodes whose
+		// allocators never pinned, or gave it all back) has nothing to
+		// give back, and skipping it keeps Trim's cost to the heaps in use.
+		if h.Stats().Mapped == 0 {
+			continue
+		}
 		h.Trim()
 	}
 	for _, s := range srcs {

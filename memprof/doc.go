@@ -26,5 +26,10 @@
 // Importing the package also publishes the pinned pools' figures as the
 // expvar variable "ompalloc" (locked, idle, chunks, lock calls, far
 // allocations and failures, per device and per NUMA node; the process-wide
-// pinned bytes and limit), served by expvar's /debug/vars.
+// pinned bytes and limit) and, under "device_memory", each opened
+// accelerator's target.MemoryStats (allocated and reserved bytes and their
+// peaks, counts, the pool's figures, the driver's free and total), served
+// by expvar's /debug/vars. Device memory (target's Device.Alloc and device
+// pool) is sampled into the heap profile too, labelled memspace "device N"
+// and allocator "device pool" or "device direct".
 package memprof

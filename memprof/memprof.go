@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
 )
 
@@ -309,13 +310,15 @@ func (p *pbuf) packedInt64(field int, xs []int64) {
 	p.bytes(field, q.b)
 }
 
-// The pinned pools as expvar "ompalloc".
+// The pinned pools and the accelerators' device memory (target's
+// MemoryStats of each device opened so far) as expvar "ompalloc".
 func init() {
 	expvar.Publish("ompalloc", expvar.Func(func() any {
 		return map[string]any{
-			"pinned":       alloc.ReadPinnedStats(),
-			"pinned_pools": alloc.PinnedPools(),
-			"profile_rate": Rate(),
+			"pinned":        alloc.ReadPinnedStats(),
+			"pinned_pools":  alloc.PinnedPools(),
+			"profile_rate":  Rate(),
+			"device_memory": hooks.DeviceMemory(),
 		}
 	}))
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/target/plugin"
 )
@@ -36,6 +37,7 @@ type Device struct {
 	reg     *pinreg.Registry
 	pool    *stagingPool
 	devpool *devPool // cached device memory (devpool.go)
+	mem     devMem   // the books of device memory handed out (memstats.go)
 	mapMode pinreg.MapMode
 
 	infoOnce sync.Once
@@ -149,6 +151,9 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	d.amu.Lock()
 	d.allocs[p] = kind
 	d.amu.Unlock()
+	if kind == plugin.MemDevice {
+		d.memAlloc(p, n, pathDirect)
+	}
 	return p, nil
 }
 
@@ -184,24 +189,43 @@ func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
 	if p == 0 {
 		return fmt.Errorf("device %d: free of a nil %s pointer: %w", d.ID, kind, ErrInvalidArgument)
 	}
+	size, allocated, err := d.free(kind, p)
+	if err == nil && kind == plugin.MemDevice && recording.Load() {
+		d.record(p, size, pathDirect, false, allocated) // outside amu: it asks the pool
+	}
+	return err
+}
+
+// free is Free under amu; for device memory it returns the block's size
+// and the device's allocated bytes after it.
+func (d *Device) free(kind plugin.MemKind, p uintptr) (size uintptr, allocated uint64, err error) {
 	d.amu.Lock()
 	defer d.amu.Unlock()
 	switch k, ok := d.allocs[p]; {
+	case !ok && kind == plugin.MemDevice && d.mem.wasFreed(p, pathDirect):
+		return 0, 0, doubleFree(d.ID, p, "device memory")
 	case !ok:
-		return fmt.Errorf("device %d: free of %s memory at %#x: %w: not allocated by this device", d.ID, kind, p, ErrInvalidArgument)
+		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w: not allocated by this device", d.ID, kind, p, ErrInvalidArgument)
 	case k != kind:
-		return fmt.Errorf("device %d: free of %s memory at %#x: %w: it was allocated as %s memory", d.ID, kind, p, ErrInvalidArgument, k)
+		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w: it was allocated as %s memory", d.ID, kind, p, ErrInvalidArgument, k)
 	}
 	if kind == plugin.MemHost {
 		if err := d.reg.Unregister(p); err != nil {
-			return fmt.Errorf("device %d: free of host memory at %#x: %w", d.ID, p, err)
+			return 0, 0, fmt.Errorf("device %d: free of host memory at %#x: %w", d.ID, p, err)
 		}
 	}
 	if err := d.impl.Free(kind, p); err != nil {
-		return fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
+		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
 	}
 	delete(d.allocs, p)
-	return nil
+	if kind == plugin.MemDevice {
+		// Under amu: the driver may hand p out again once amu is let go.
+		var ok bool
+		if size, allocated, ok = d.mem.free(p, pathDirect); ok {
+			memsample.Forget(p)
+		}
+	}
+	return size, allocated, nil
 }
 
 // LockMem page-locks [p, p+n) for d (llvm_omp_target_lock_mem) and returns

@@ -127,13 +127,8 @@ func poolClass(n uintptr) uintptr {
 	return (n + step - 1) &^ (step - 1)
 }
 
-// PoolAlloc returns n bytes of device memory of d from d's pool, for use
-// on q (nil: for any use, at once). With the size-class cache it asks the
-// driver only when no cached block of the size class may be reused by q;
-// with the driver's stream-ordered pool it is one cuMemAllocFromPoolAsync
-// on q's stream (without a queue, on a stream of the pool's, synchronized
-// before returning). Free it with PoolFree.
-func (d *Device) PoolAlloc(n uintptr, q *Queue) (uintptr, error) {
+// poolAlloc is PoolAlloc (memstats.go) before the books.
+func (d *Device) poolAlloc(n uintptr, q *Queue) (uintptr, error) {
 	if err := d.usable(); err != nil {
 		return 0, err
 	}
@@ -229,13 +224,8 @@ func (pl *devPool) waitsLocked(c uintptr) []*Queue {
 	return out
 }
 
-// PoolFree returns a block PoolAlloc handed out. With q, the work issued
-// on q may still use it: q's later allocations may reuse it at once, the
-// others once that work completed. Without a queue it is reused once the
-// work issued so far on every queue of the device has completed; the host
-// never waits. Work on another device's queues (a peer copy into the
-// block) is not looked for: synchronize that queue before the free.
-func (d *Device) PoolFree(p uintptr, q *Queue) error {
+// poolFree is PoolFree (memstats.go) after the books.
+func (d *Device) poolFree(p uintptr, q *Queue) error {
 	if err := d.checkQueue(q); err != nil {
 		return err
 	}

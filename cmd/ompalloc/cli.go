@@ -30,6 +30,9 @@ Usage:
   ompalloc bench ` + func() string { fs, _ := benchFlags(); return synopsis(fs, len("  ompalloc bench "), 76) }() + `
       alloc+free cost, lock/unlock cost, and with a GPU transfer bandwidth
       and small-copy latency; a table, JSON, or an SVG chart
+  ompalloc timeline ` + func() string { fs, _ := timelineFlags(); return synopsis(fs, len("  ompalloc timeline "), 76) }() + ` FILE
+      draws a device-memory timeline a program recorded
+      (target.RecordMemoryHistory) as an SVG chart
   ompalloc help [COMMAND]
   ompalloc version
 
@@ -54,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return runInfo(rest, stdout, stderr)
 	case "bench":
 		return runBench(rest, stdout, stderr)
+	case "timeline":
+		return runTimeline(rest, stdout, stderr)
 	case blockMemoryChild: // bench's own: one block_memory figure in a fresh process
 		return runBlockMemoryChild(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -79,6 +84,9 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		fs, _ := benchFlags()
 		printUsage(stdout, fs, benchUsage)
+	case "timeline":
+		fs, _ := timelineFlags()
+		printUsage(stdout, fs, timelineUsage)
 	default:
 		fmt.Fprintf(stderr, "%s: no help for %q\n\n%s", programName, args[0], usageText)
 		return exitUsage

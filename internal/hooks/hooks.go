@@ -35,6 +35,9 @@ var (
 	// DeviceImpl returns device dev's plugin.Impl, for tests that ask a
 	// fake driver about itself.
 	DeviceImpl func(dev int) any
+	// DeviceMemory returns the device-memory figures of the accelerators
+	// opened so far, for memprof's expvar; it discovers and opens nothing.
+	DeviceMemory = func() any { return []any{} }
 )
 
 // FreeChecks counts the reasons alloc's free must look beyond the heap,

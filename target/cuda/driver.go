@@ -58,6 +58,7 @@ type driver struct {
 
 	tensorSyms // events between queues (tensor.go)
 	poolSyms   // the stream-ordered allocator (mempool.go)
+	infoSyms   // the device-memory figures (meminfo.go)
 	regs       registrations
 }
 
@@ -120,7 +121,7 @@ func (d *driver) table() []entry {
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
 		opt("cuDevicePrimaryCtxGetState", &d.cuDevicePrimaryCtxGetState),
 		ver(opt("cuDevicePrimaryCtxSetFlags", &d.cuDevicePrimaryCtxSetFlags)), // the v1 refuses an active context
-	}, append(d.tensorTable(opt), d.poolTable(opt)...)...)
+	}, append(append(d.tensorTable(opt), d.poolTable(opt)...), d.infoTable(opt)...)...)
 }
 
 // bind resolves the table in lib. A versioned symbol must bind to its _v2

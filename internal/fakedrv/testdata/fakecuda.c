@@ -752,6 +752,26 @@ API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
 	return CUDA_SUCCESS;
 }
 
+/* cuMemGetInfo_v2: "Returns in *total the total amount of memory available
+   to the the current context. Returns in *free the amount of memory on the
+   device that is free according to the OS." (CUDA driver API, Memory
+   Management). It needs a current context, as the reference's "current
+   context" says; free is the device's memory less what cuMemAlloc blocks
+   and the stream-ordered pools' reservations hold. */
+API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+	ENTER("cuMemGetInfo");
+	if (!free_bytes || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = need_ctx();
+	if (r)
+		return r;
+	pthread_mutex_lock(&g_mu);
+	*total = g_mem;
+	*free_bytes = g_mem - g_used[t_cur->dev];
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
 API CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	ENTER("cuDeviceGetAttribute");
 	if (!v)
@@ -2066,6 +2086,7 @@ API CUresult cuEventDestroy_v2(CUevent e) {
 	}
 
 V1_STUB(cuDeviceTotalMem)
+V1_STUB(cuMemGetInfo)
 V1_STUB(cuDevicePrimaryCtxRelease)
 V1_STUB(cuMemAlloc)
 V1_STUB(cuMemFree)

@@ -93,6 +93,10 @@
  *      again does not restart the count) fails with CODE (decimal or 0x hex; default
  *      HSA_STATUS_ERROR_OUT_OF_RESOURCES); N = '*' fails every call.
  *      Example: FAKEHSA_FAIL=hsa_amd_memory_lock:2,hsa_signal_create:*:0x1000
+ *  FAKEHSA_NO_MEMORY_AVAIL=1  hsa_agent_get_info(HSA_AMD_AGENT_INFO_MEMORY_AVAIL)
+ *                           fails with HSA_STATUS_ERROR_INVALID_ARGUMENT, as a
+ *                           runtime older than the attribute does (it
+ *                           otherwise answers the GPU's free VRAM)
  *  FAKEHSA_SVM=1            hsa_amd_pointer_info answers HSA_EXT_POINTER_TYPE_UNKNOWN
  *                           for locked memory, as ROCm does where libhsakmt locks
  *                           through the KFD SVM API (the default on current GPUs
@@ -183,6 +187,7 @@ enum { /* hsa_agent_info_t, hsa_amd_agent_info_t */
     HSA_AMD_AGENT_INFO_BDFID = 0xA006, /* uint32_t (uint16_t in old headers) */
     HSA_AMD_AGENT_INFO_PRODUCT_NAME = 0xA009,
     HSA_AMD_AGENT_INFO_DOMAIN = 0xA00F, /* uint32_t */
+    HSA_AMD_AGENT_INFO_MEMORY_AVAIL = 0xA015, /* uint64_t */
 };
 enum { /* hsa_amd_segment_t */
     HSA_AMD_SEGMENT_GLOBAL = 0,
@@ -630,6 +635,28 @@ hsa_status_t hsa_agent_get_info(hsa_agent_t agent, int attribute, void *value) {
         if (!agents[i].has_pci) break;
         *(uint32_t *)value = agents[i].domain;
         return HSA_STATUS_SUCCESS;
+    case HSA_AMD_AGENT_INFO_MEMORY_AVAIL: {
+        /* hsa_ext_amd.h: "Queries the amount of memory available in bytes
+         * accross all global pools owned by the agent. The type of this
+         * attribute is uint64_t." The fake's two VRAM pools of a GPU stand
+         * for one memory, as a real GPU's coarse- and fine-grained pools
+         * do: what is available is the coarse pool's size less what both
+         * hold. FAKEHSA_NO_MEMORY_AVAIL=1 answers as a runtime that lacks
+         * the attribute (HSA_STATUS_ERROR_INVALID_ARGUMENT). */
+        const char *old_rt = getenv("FAKEHSA_NO_MEMORY_AVAIL");
+        if (agents[i].type != HSA_DEVICE_TYPE_GPU || (old_rt != NULL && strcmp(old_rt, "1") == 0)) break;
+        uint64_t size = 0, used = 0;
+        pthread_mutex_lock(&mu);
+        for (int k = 0; k < agents[i].npools; k++) {
+            struct pool *pl = &pools[agents[i].pools[k]];
+            if (pl->segment != HSA_AMD_SEGMENT_GLOBAL) continue;
+            if (pl->flags & FLAG_COARSE_GRAINED) size = pl->size;
+            used += pl->used;
+        }
+        pthread_mutex_unlock(&mu);
+        *(uint64_t *)value = used < size ? size - used : 0;
+        return HSA_STATUS_SUCCESS;
+    }
     }
     return HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }

@@ -140,7 +140,7 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	}
 	p, err := d.impl.Alloc(kind, n)
 	if err != nil {
-		return 0, fmt.Errorf("device %d: alloc of %d bytes of %s memory: %w", d.ID, n, kind, err)
+		return 0, fmt.Errorf("device %d: alloc of %d bytes of %s memory: %w", d.ID, n, kind, plugin.Cause(err))
 	}
 	if kind == plugin.MemHost {
 		if err := d.reg.Register(p, d.devicePointer(p, n), n); err != nil {

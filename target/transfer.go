@@ -453,7 +453,7 @@ func (d *Device) copy(dst, src, n uintptr, dir plugin.Direction, q *Queue, p pen
 		err = q.issue(func(qi plugin.QueueImpl) error { return d.impl.Copy(dst, src, n, dir, qi) }, p)
 	}
 	if err != nil {
-		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, dir, n, src, dst, err)
+		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, dir, n, src, dst, plugin.Cause(err))
 	}
 	return nil
 }

@@ -97,7 +97,7 @@ func (p *Plugin) pciNode(agent uint64) int {
 func (d *device) Info() plugin.Info { return d.info }
 
 func (d *device) errorf(err error, format string, args ...any) error {
-	return fmt.Errorf("amdgpu device %d: %s: %w", d.index, fmt.Sprintf(format, args...), err)
+	return &plugin.OpError{Dev: fmt.Sprintf("amdgpu device %d", d.index), Op: fmt.Sprintf(format, args...), Err: err}
 }
 
 // Alloc: MemDevice from the GPU's coarse-grained pool; MemHost and MemShared

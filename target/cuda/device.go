@@ -250,7 +250,7 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 		return 0, fmt.Errorf("%v: alloc of %s memory: %w", d, kind, ErrInvalid)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%v: alloc of %d bytes of %s memory: %w", d, n, kind, err)
+		return 0, &plugin.OpError{Dev: d.String(), Op: fmt.Sprintf("alloc of %d bytes of %s memory", n, kind), Err: err}
 	}
 	d.mu.Lock()
 	d.allocs[p] = kind
@@ -367,7 +367,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		err = d.withCtx(name, func() result { return enqueue(stream) })
 	}
 	if err != nil {
-		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, err)
+		return &plugin.OpError{Dev: d.String(), Op: fmt.Sprintf("copy %s of %d bytes from %#x to %#x", dir, n, src, dst), Err: err}
 	}
 	return nil
 }

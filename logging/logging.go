@@ -24,7 +24,8 @@ const (
 	// KindPinFallback: a pinned allocator could not pin and handed out
 	// blocks from its fallback allocator, unpinned (once per allocator).
 	KindPinFallback Kind = "pin_fallback"
-	// KindUnfreed: an alloc.Buffer became unreachable without Free.
+	// KindUnfreed: an alloc.Buffer became unreachable without Free, or a
+	// target.Pinned handle without Unpin (the garbage collector undid it).
 	KindUnfreed Kind = "unfreed"
 	// KindHugeTLB: hugetlb pages were asked for but could not be had
 	// (once per process).

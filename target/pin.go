@@ -14,6 +14,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
@@ -121,7 +122,12 @@ func Pin[T any](s []T, dev int) (*Pinned, error) {
 // arm sets the handle's safety net: unpin once h is unreachable. r.mu held
 // or r not yet shared.
 func (r *pinRecord) arm(h *Pinned) {
-	r.cleanup = runtime.AddCleanup(h, func(r *pinRecord) { _ = r.unpin() }, r)
+	r.cleanup = runtime.AddCleanup(h, func(r *pinRecord) {
+		// As an alloc.Buffer dropped unfreed: a forgotten Unpin is a bug the
+		// user should hear of, through the warning hook.
+		warn.Printf(warn.Unfreed, "target", "a slice pinned by target.Pin (%d bytes at %#x) became unreachable without Unpin; the garbage collector unpinned it", r.n, r.p)
+		_ = r.unpin()
+	}, r)
 	r.armed = true
 }
 

@@ -127,6 +127,7 @@ func TestPinDroppedHandleIsUnpinned(t *testing.T) {
 	withPlugins(t)
 	host := InitialDevice()
 	d, _ := Get(host)
+	warned := captureWarnings(t)
 	_, wp := pinOnly(t, host) // the handle is dropped at once
 	require.Equal(t, 1, d.Registry().Len())
 	deadline := time.Now().Add(10 * time.Second)
@@ -135,6 +136,11 @@ func TestPinDroppedHandleIsUnpinned(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	require.Zero(t, d.Registry().Len(), "the cleanup of a dropped handle unpins")
+	// Issue 31 item 4: and says so through the warning hook, as a Buffer does.
+	w := warned()
+	require.Contains(t, w, "ompalloc: warning: ")
+	require.Contains(t, w, "a slice pinned by target.Pin (65536 bytes at")
+	require.Contains(t, w, "became unreachable without Unpin")
 	_ = wp
 }
 

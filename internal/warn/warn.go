@@ -23,7 +23,7 @@ const (
 	BadInput    = "bad_input"    // kmp: bad input a C API can only answer with nil or -1
 	LiveBlocks  = "live_blocks"  // an allocator destroyed with blocks still allocated
 	PinFallback = "pin_fallback" // blocks that could not be pinned came from the fallback allocator
-	Unfreed     = "unfreed"      // an alloc.Buffer became unreachable without Free
+	Unfreed     = "unfreed"      // an alloc.Buffer became unreachable without Free, a target.Pinned without Unpin
 	HugeTLB     = "hugetlb"      // hugetlb pages asked for but not to be had
 	DroppedLock = "dropped_lock" // user locks dropped with the pinned chunk they were in
 	Driver      = "driver"       // a driver call failed where no caller can be told (a context stack the driver would not pop)

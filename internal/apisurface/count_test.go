@@ -18,7 +18,12 @@ import (
 // maxPublicNames is the ceiling of TestPublicNameCount: what main held
 // when the test landed. Lower it when names go; raising it is a decision
 // about the public API, to make on purpose (issue 28 asks for at most 450).
-const maxPublicNames = 692
+// Raised from 692 to 708 for issue 31's device-memory figures, which the
+// issue asks for by PyTorch's names (target.MemoryStats and its fields,
+// ResetPeakMemoryStats, MemGetInfo, the recorded timeline's four names and
+// MemoryEvent) and the plugin interface they need (plugin.MemInfoer,
+// plugin.OpError and Cause).
+const maxPublicNames = 708
 
 // publicNames counts, for every public package of the module (not under
 // internal/ or testdata/, not a main package, not a module of its own), the

@@ -63,6 +63,23 @@ func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 	return nil
 }
 
+// FreeSliceAfter is FreeAfter for a slice Make (or Resize) returned: it
+// frees s once all work issued on q so far has completed, with no
+// unsafe.Pointer in the caller's code. The slice may be re-sliced shorter
+// but must start where Make's did (FreeSlice's checks); an empty slice is a
+// no-op. s must not be used after the call.
+func FreeSliceAfter[T any](s []T, q *target.Queue) error {
+	if cap(s) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(s))
+	what := "FreeSliceAfter[" + typeName[T]() + "]"
+	if _, err := inspectSlice(p, what); err != nil {
+		return err
+	}
+	return FreeAfter(p, q)
+}
+
 // freeAfterUse is Free's slow path while copies are in flight: a block that
 // a queued copy reads or writes is freed once those copies completed.
 // deferred false: free it now.

@@ -155,6 +155,32 @@ func TestFreeAfterChild(t *testing.T) {
 				require.NoError(t, Free(ptr(next)))
 			})
 
+			// Issue 27 item 2: a typed slice freed behind a queue, with no
+			// unsafe.Pointer in the caller's code.
+			t.Run("FreeSliceAfter", func(t *testing.T) {
+				xs, err := Make[float32](a, n/4)
+				require.NoError(t, err)
+				for i := range xs {
+					xs[i] = float32(i)
+				}
+				open := holdDeviceWork(t, d.Plugin())
+				arr, err := target.ArrayOf[float32](target.Memory{Device: d, Kind: plugin.MemDevice, Addr: dev, Size: n})
+				require.NoError(t, err)
+				require.NoError(t, target.CopyToDevice(arr, xs, q))
+				n0 := a.Stats().BlocksLive
+				require.NoError(t, FreeSliceAfter(xs, q))
+				require.ErrorIs(t, FreeSliceAfter(xs, q), ErrDoubleFree, "its free already waits")
+				require.Equal(t, n0, a.Stats().BlocksLive, "still allocated while the copy is held")
+				open()
+				require.NoError(t, q.Synchronize())
+				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed once the copy completed")
+				back := make([]float32, n/4)
+				require.NoError(t, target.CopyFromDevice(back, arr, nil))
+				require.Equal(t, float32(n/4-1), back[n/4-1])
+				require.NoError(t, FreeSliceAfter([]float32(nil), q), "an empty slice is a no-op")
+				require.ErrorIs(t, FreeSliceAfter(make([]float32, 4), q), ErrInvalidPointer, "Go memory")
+			})
+
 			t.Run("FreeAfter whose query fails", func(t *testing.T) {
 				if d.Plugin() != "cuda" {
 					t.Skip("the failure is injected into the fake libcuda")

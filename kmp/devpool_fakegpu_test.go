@@ -36,7 +36,7 @@ func TestTargetAllocPoolOnFakeGPU(t *testing.T) {
 			}
 			cmd.Env = append(os.Environ(), "OMPALLOC_KMP_CHILD=devpool", "OMPALLOC_KMP_DRIVER="+c.driver,
 				"OMPALLOC_KMP_MEMPOOL="+c.mempools, noPools,
-				"FAKECUDA_FAIL=", "FAKEHSA_FAIL=", "OMP_DEFAULT_DEVICE=")
+				"FAKECUDA_FAIL=", "FAKEHSA_FAIL=", "OMP_DEFAULT_DEVICE=", "FAKECUDA_MEM_MB=64", "FAKEHSA_VRAM_MB=64")
 			if c.driver == "cuda" {
 				cmd.Env = append(cmd.Env, "OMPALLOC_CUDA_LIBRARY="+lib, "OMPALLOC_DISABLE_HSA=1", "OMPALLOC_DISABLE_CUDA=")
 			} else {
@@ -145,6 +145,21 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		// Trim gives the cached block back to the driver.
 		require.Equal(t, uintptr(n), d.TrimPool(0))
 		require.Equal(t, blocks0, blocks())
+		require.Zero(t, d.PoolStats().Reserved)
+	})
+
+	// Issue 27 item 6: on a 64 MiB device, 40 MiB allocated and freed, then
+	// 48 MiB: the pool gives back what it keeps and retries. Seen failing
+	// before the fix (nil, a warning with the driver's out-of-memory error).
+	t.Run("out of memory gives the pool's free memory back", func(t *testing.T) {
+		d.TrimPool(0)
+		p := TargetAllocDevice(40<<20, 0)
+		require.NotNil(t, p)
+		TargetFreeDevice(p, 0)
+		p2 := TargetAllocDevice(48<<20, 0)
+		require.NotNil(t, p2, "%+v", d.PoolStats())
+		TargetFreeDevice(p2, 0)
+		d.TrimPool(0)
 		require.Zero(t, d.PoolStats().Reserved)
 	})
 

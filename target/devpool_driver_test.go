@@ -1,6 +1,7 @@
 package target
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -34,6 +35,7 @@ func TestDriverPool(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestDriverPoolChild$", "-test.v", "-test.count=1", "-test.timeout=120s")
 			cmd.Env = append(os.Environ(), driverPoolChildEnv+"="+c.name,
 				"OMPALLOC_CUDA_LIBRARY="+cudaLib, "FAKECUDA_DEVICES=1", "FAKECUDA_NO_MEMPOOLS="+c.noPools, "FAKECUDA_FAIL=",
+				"FAKECUDA_MEM_MB=64", "FAKEHSA_VRAM_MB=64",
 				"OMPALLOC_HSA_LIBRARY="+hsaLib, "FAKEHSA_GPUS=1", "FAKEHSA_FAIL=", "OMPALLOC_DISABLE_CUDA=", "OMPALLOC_DISABLE_HSA=")
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
@@ -58,11 +60,25 @@ func TestDriverPoolChild(t *testing.T) {
 		return int(dlcall.Call(hook(t, os.Getenv("OMPALLOC_CUDA_LIBRARY"), "fakecuda_pool_misuse")))
 	}
 
+	if mode == "mempools" {
+		// First: the device's first pool allocation makes the driver's pool.
+		t.Run("a failed cuMemPoolCreate is tried again", func(t *testing.T) { driverPoolCreateRetried(t, cu) })
+	}
 	t.Run("hsa keeps the size-class cache", func(t *testing.T) { sizeClassPool(t, amd) })
+	for _, d := range []*Device{cu, amd} {
+		t.Run(fmt.Sprintf("%s/free on one queue while another reads", d.Plugin()), func(t *testing.T) { poolFreeWhileAnotherQueueReads(t, d) })
+		t.Run(fmt.Sprintf("%s/record use", d.Plugin()), func(t *testing.T) { poolRecordUse(t, d) })
+		t.Run(fmt.Sprintf("%s/out of memory gives back and retries", d.Plugin()), func(t *testing.T) { poolOutOfMemory(t, d) })
+	}
 	if mode == "older-driver" {
 		t.Run("cuda without memory pools keeps the size-class cache", func(t *testing.T) { sizeClassPool(t, cu) })
+		t.Run("no driver call under the pool's mutex", func(t *testing.T) { poolNoDriverCallUnderMutex(t, cu) })
+		require.Zero(t, misuse(), "every use of pool memory was in stream order")
 		return
 	}
+	t.Run("SetPoolLimit trims outside the pool's mutex", func(t *testing.T) { driverPoolLimitOutsideMutex(t, cu) })
+	t.Run("a nil-queue alloc does not wait for another queue's free", func(t *testing.T) { driverPoolNilAllocDoesNotWait(t, cu) })
+	t.Run("a nil-queue free goes on the one busy queue", func(t *testing.T) { driverPoolNilFreeOnTheBusyQueue(t, cu) })
 	t.Run("queue-aware reuse", func(t *testing.T) { driverPoolQueues(t, cu) })
 	t.Run("free without a queue waits for every queue", func(t *testing.T) { driverPoolNilFree(t, cu) })
 	t.Run("limit, threshold, trim, stats", func(t *testing.T) { driverPoolLimit(t, cu) })

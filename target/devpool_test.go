@@ -134,3 +134,43 @@ func TestDevicePoolLimit(t *testing.T) {
 	d.SetPoolLimit(256 << 10)
 	require.Equal(t, uintptr(256<<10), d.PoolStats().Reserved, "a lower limit gives back what is over it")
 }
+
+// Issue 27 item 2: AllocArray's device memory comes from the device pool
+// (no driver call for a reused block) and Free gives it back there; a
+// PoolArray freed with FreeOn(q) is reused by q at once. Seen failing
+// before the fix: AllocArray called the driver for every array.
+func TestAllocArrayUsesThePool(t *testing.T) {
+	f, d := withFake(t, 0)
+	a, err := AllocArray[float32](d, plugin.MemDevice, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 1000, a.Len())
+	require.Equal(t, uintptr(4096), d.PoolStats().InUse, "4000 bytes, in the 4096-byte class")
+	require.NoError(t, a.Free())
+	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
+	b, err := AllocArray[float32](d, plugin.MemDevice, 1000)
+	require.NoError(t, err)
+	require.Equal(t, a.Memory().Addr, b.Memory().Addr)
+	require.Equal(t, uint64(1), d.PoolStats().Hits)
+	require.NoError(t, b.Free())
+	require.ErrorIs(t, b.Free(), ErrInvalidArgument, "a double free")
+
+	q, err := d.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, q.Close()) })
+	c, err := PoolArray[int64](d, 512, q)
+	require.NoError(t, err)
+	require.NoError(t, c.FreeOn(q))
+	c2, err := PoolArray[int64](d, 512, q)
+	require.NoError(t, err)
+	require.Equal(t, c.Memory().Addr, c2.Memory().Addr, "q reuses what it freed at once")
+	require.NoError(t, c2.FreeOn(nil))
+	_, err = PoolArray[int64](d, 0, q)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+
+	h, err := AllocArray[byte](d, plugin.MemHost, 64)
+	require.NoError(t, err)
+	require.NoError(t, h.FreeOn(q), "other memory is freed after q's work")
+	require.NoError(t, q.Synchronize())
+	require.Zero(t, f.live(plugin.MemHost))
+	require.Equal(t, uintptr(4096), d.TrimPool(0))
+}

@@ -64,15 +64,32 @@
 // # Device-memory pool
 //
 // Device.PoolAlloc and PoolFree cache device memory per device, as
-// PyTorch's, CuPy's and RMM's allocators do (omp_target_alloc and the
-// device memory spaces use them). A block freed with a queue is reused at
-// once by that queue and by others once its work before the free is done;
-// one freed without a queue waits for every open queue's work, without
-// blocking the host. On a CUDA GPU that reports memory pools the pool is
-// the driver's stream-ordered allocator (a pool of ompalloc's own, so that
-// TrimPool never takes memory from another library's use of the default
-// pool); elsewhere a size-class cache. PoolStats, SetPoolLimit and
-// TrimPool work on either.
+// PyTorch's, CuPy's and RMM's allocators do (omp_target_alloc, the device
+// memory spaces and AllocArray's device memory use them; PoolArray and
+// Array.FreeOn are the typed forms). The rules:
+//
+//   - every copy ompalloc queues on a block records its queue on the block;
+//     Queue.RecordUse records work ompalloc did not issue (a kernel);
+//   - a block freed with a queue is reused at once by that queue when no
+//     other queue recorded it, and by others once the work issued before
+//     the free on that queue and on every recorded queue is done (so a
+//     free on one queue while another still reads the block is safe);
+//   - one freed without a queue waits for every open queue's work (and the
+//     recorded queues of other devices), without blocking the host;
+//   - an allocation the driver refuses for want of memory gives back what
+//     the pool caches and is retried once; the error then matches
+//     plugin.ErrOutOfMemory;
+//   - the driver's pool keeps freed memory reserved until TrimPool (or a
+//     synchronization above the limit SetPoolLimit sets): call
+//     TrimPool(0) before another library of the process needs it.
+//
+// On a CUDA GPU that reports memory pools the pool is the driver's
+// stream-ordered allocator (a pool of ompalloc's own, so that TrimPool
+// never takes memory from another library's use of the default pool;
+// PeerAccess grants peers access to it); elsewhere a size-class cache
+// that keeps at most an eighth of the device's memory in free blocks.
+// PoolStats, SetPoolLimit and TrimPool work on either. No driver call is
+// made under the pool's lock.
 //
 // # Generic and vendor parts
 //

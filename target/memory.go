@@ -17,6 +17,8 @@ type Memory struct {
 	Kind   plugin.MemKind
 	Addr   uintptr // the host's address for host and shared memory; the device's for device memory
 	Size   uintptr
+
+	pool bool // a block of Device's pool (AllocArray, PoolArray): Free is PoolFree
 }
 
 // AllocMemory is Alloc, returning a Memory.
@@ -28,10 +30,14 @@ func (d *Device) AllocMemory(kind plugin.MemKind, n uintptr) (Memory, error) {
 	return Memory{Device: d, Kind: kind, Addr: p, Size: n}, nil
 }
 
-// Free releases the memory (Device.Free with its kind).
+// Free releases the memory (Device.Free with its kind; for a block of the
+// device pool, PoolFree without a queue).
 func (m Memory) Free() error {
 	if m.Device == nil {
 		return fmt.Errorf("free of a zero Memory: %w", ErrInvalidArgument)
+	}
+	if m.pool {
+		return m.Device.PoolFree(m.Addr, nil)
 	}
 	return m.Device.Free(m.Kind, m.Addr)
 }

@@ -170,6 +170,10 @@ func copyPeer(pc plugin.PeerCopier, on, dd, sd *Device, dst, src, n uintptr, q *
 	if err != nil {
 		return fmt.Errorf("device %d: peer copy of %d bytes from %#x on device %d to %#x on device %d: %w", on.ID, n, src, sd.ID, dst, dd.ID, err)
 	}
+	if q != nil {
+		dd.noteUse(dst, n, q)
+		sd.noteUse(src, n, q)
+	}
 	return nil
 }
 
@@ -332,6 +336,7 @@ func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err e
 		d.pool.put(b, false)
 		return true, fmt.Errorf("device %d: submit of %d bytes from %#x (staged) to %#x: %w", d.ID, n, src, dst, err)
 	}
+	d.noteUse(dst, n, q)
 	return true, nil
 }
 
@@ -444,7 +449,8 @@ func sharedPinned(pluginName string, p, n uintptr) bool {
 }
 
 // copy runs one Impl copy, synchronously or on q, handing p to q once the
-// copy is issued.
+// copy is issued. A queued copy records q on the device-pool blocks it
+// touches (noteDeviceSides).
 func (d *Device) copy(dst, src, n uintptr, dir plugin.Direction, q *Queue, p pending) error {
 	var err error
 	if q == nil {
@@ -455,5 +461,24 @@ func (d *Device) copy(dst, src, n uintptr, dir plugin.Direction, q *Queue, p pen
 	if err != nil {
 		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, dir, n, src, dst, plugin.Cause(err))
 	}
+	d.noteDeviceSides(dst, src, n, dir, q)
 	return nil
+}
+
+// noteDeviceSides records q on the device-pool blocks of d that a copy in
+// direction dir reads or writes, so that a free of one, on any queue,
+// waits for the copy.
+func (d *Device) noteDeviceSides(dst, src, n uintptr, dir plugin.Direction, q *Queue) {
+	if q == nil {
+		return
+	}
+	switch dir {
+	case plugin.HostToDevice:
+		d.noteUse(dst, n, q)
+	case plugin.DeviceToHost:
+		d.noteUse(src, n, q)
+	case plugin.DeviceToDevice:
+		d.noteUse(dst, n, q)
+		d.noteUse(src, n, q)
+	}
 }

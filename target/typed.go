@@ -22,7 +22,11 @@ type Array[T any] struct {
 	m Memory
 }
 
-// AllocArray allocates n elements of T of the given kind on d.
+// AllocArray allocates n elements of T of the given kind on d. Device
+// memory of a GPU comes from the device's pool (PoolAlloc without a queue:
+// usable by anything at once; Free returns it there), so that tensors made
+// and dropped in a loop cost no cuMemAlloc/cuMemFree, which synchronize the
+// device.
 func AllocArray[T any](d *Device, kind plugin.MemKind, n int) (Array[T], error) {
 	typ, sz, err := elemType[T]()
 	if err != nil {
@@ -31,11 +35,61 @@ func AllocArray[T any](d *Device, kind plugin.MemKind, n int) (Array[T], error) 
 	if n <= 0 {
 		return Array[T]{}, fmt.Errorf("%v: an array of %d %v: %w", d, n, typ, ErrInvalidArgument)
 	}
+	if kind == plugin.MemDevice && !d.host {
+		return poolArray[T](d, n, sz, nil)
+	}
 	m, err := d.AllocMemory(kind, uintptr(n)*sz)
 	if err != nil {
 		return Array[T]{}, err
 	}
 	return Array[T]{m: m}, nil
+}
+
+// PoolArray allocates n elements of T of device memory from d's pool for
+// use on q (PoolAlloc: nil for any use at once). Free it with FreeOn(q),
+// or with Free (which waits for every queue of the device).
+func PoolArray[T any](d *Device, n int, q *Queue) (Array[T], error) {
+	typ, sz, err := elemType[T]()
+	if err != nil {
+		return Array[T]{}, fmt.Errorf("%v: %w", d, err)
+	}
+	if n <= 0 {
+		return Array[T]{}, fmt.Errorf("%v: an array of %d %v: %w", d, n, typ, ErrInvalidArgument)
+	}
+	return poolArray[T](d, n, sz, q)
+}
+
+func poolArray[T any](d *Device, n int, sz uintptr, q *Queue) (Array[T], error) {
+	size := uintptr(n) * sz
+	if size/sz != uintptr(n) {
+		return Array[T]{}, fmt.Errorf("%v: an array of %d elements of %d bytes: %w: the size overflows", d, n, sz, ErrInvalidArgument)
+	}
+	p, err := d.PoolAlloc(size, q)
+	if err != nil {
+		return Array[T]{}, err
+	}
+	return Array[T]{m: Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: size, pool: true}}, nil
+}
+
+// FreeOn frees the array in q's order: the work issued on q so far may
+// still use it. A pool array (AllocArray's device memory, PoolArray) goes
+// back to the pool with PoolFree(q): q's later allocations may reuse it at
+// once, other queues' once that work completed, and work other queues
+// recorded on it (their copies, RecordUse) is waited for as well. Other
+// memory is freed once q's work issued so far has completed
+// (Queue.FreeAfter; a failure of that later free is not reported).
+func (a Array[T]) FreeOn(q *Queue) error {
+	if a.m.Device == nil {
+		return fmt.Errorf("free of a zero Array: %w", ErrInvalidArgument)
+	}
+	if q == nil {
+		return a.Free()
+	}
+	if a.m.pool {
+		return a.m.Device.PoolFree(a.m.Addr, q)
+	}
+	m := a.m
+	return q.FreeAfter(func() { _ = m.Free() })
 }
 
 // ArrayOf views m as an Array of T. Its size must be a whole number of
@@ -97,7 +151,10 @@ func (a Array[T]) Slice(i, j int) (Array[T], error) {
 	return Array[T]{m: m}, nil
 }
 
-// Free releases the memory AllocArray allocated (not a Slice of it).
+// Free releases the memory AllocArray or PoolArray allocated (not a Slice
+// of it). A pool array goes back to the pool without a queue: it is handed
+// out again once the work issued so far on every queue of the device has
+// completed; the host does not wait.
 func (a Array[T]) Free() error { return a.m.Free() }
 
 // Host returns the elements as a []T when the host may touch them (host

@@ -632,3 +632,10 @@ func TestTransferLockShared(t *testing.T) {
 	require.Equal(t, want, cmem.Bytes(back, n))
 	require.NoError(t, q.Destroy())
 }
+
+// HSA_STATUS_ERROR_OUT_OF_RESOURCES from hsa_amd_memory_pool_allocate is
+// the vendor-neutral plugin.ErrOutOfMemory; from other calls it is not.
+func TestPoolAllocateOutOfResourcesIsOutOfMemory(t *testing.T) {
+	require.ErrorIs(t, &Error{Call: "hsa_amd_memory_pool_allocate", Code: StatusErrorOutOfResources}, plugin.ErrOutOfMemory)
+	require.NotErrorIs(t, &Error{Call: "hsa_init", Code: StatusErrorOutOfResources}, plugin.ErrOutOfMemory)
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // hsa_status_t values (hsa.h), for matching errors:
@@ -140,7 +141,13 @@ func (e *Error) Error() string {
 
 // Is matches another *Error with the same code, and the same call when the
 // target names one: errors.Is(err, &amdgpu.Error{Code: amdgpu.StatusErrorOutOfResources}).
+// HSA_STATUS_ERROR_OUT_OF_RESOURCES from hsa_amd_memory_pool_allocate (the
+// pool has no room: ROCr's "no memory available in the pool") also matches
+// plugin.ErrOutOfMemory; from other calls it may mean threads or signals.
 func (e *Error) Is(target error) bool {
+	if target == plugin.ErrOutOfMemory {
+		return e.Code == StatusErrorOutOfResources && e.Call == "hsa_amd_memory_pool_allocate"
+	}
 	t, ok := target.(*Error)
 	return ok && t.Code == e.Code && (t.Call == "" || t.Call == e.Call)
 }

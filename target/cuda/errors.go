@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Error is a failed driver call: the call (without version suffix), the
@@ -21,8 +23,12 @@ func (e *Error) Error() string {
 }
 
 // Is matches a code sentinel (an *Error without Call) by code, so that
-// errors.Is(err, cuda.ErrAlreadyRegistered) holds for any call that failed so.
+// errors.Is(err, cuda.ErrAlreadyRegistered) holds for any call that failed so;
+// CUDA_ERROR_OUT_OF_MEMORY also matches plugin.ErrOutOfMemory.
 func (e *Error) Is(target error) bool {
+	if target == plugin.ErrOutOfMemory {
+		return e.Code == cudaErrorOutOfMemory
+	}
 	t, ok := target.(*Error)
 	return ok && t.Call == "" && t.Code == e.Code
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/target/plugin"
@@ -18,12 +19,14 @@ import (
 //	  CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
 //	  CU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_HIGH } CUmemPool_attribute;
 const (
-	cuDeviceAttributeMemoryPoolsSupported = 115
-	cuMemAllocationTypePinned             = 1
-	cuMemLocationTypeDevice               = 1
-	cuMempoolAttrReleaseThreshold         = 4 // cuuint64_t
-	cuMempoolAttrReservedMemCurrent       = 5 // cuuint64_t
-	cuMempoolAttrUsedMemCurrent           = 7 // cuuint64_t
+	cuDeviceAttributeMemoryPoolsSupported       = 115
+	cuMemAllocationTypePinned                   = 1
+	cuMemLocationTypeDevice                     = 1
+	cuMemAccessFlagsProtReadWrite               = 3 // CUmemAccess_flags
+	cuMempoolAttrReuseAllowInternalDependencies = 3 // int
+	cuMempoolAttrReleaseThreshold               = 4 // cuuint64_t
+	cuMempoolAttrReservedMemCurrent             = 5 // cuuint64_t
+	cuMempoolAttrUsedMemCurrent                 = 7 // cuuint64_t
 )
 
 // cuMemPoolProps is CUmemPoolProps (cuda.h; CUDA 12 split the old
@@ -49,10 +52,24 @@ var (
 	_ [88 - unsafe.Sizeof(cuMemPoolProps{})]struct{}
 )
 
+// cuMemAccessDesc is CUmemAccessDesc (cuda.h): CUmemLocation location
+// {type, id}; CUmemAccess_flags flags.
+type cuMemAccessDesc struct {
+	locType, locID, flags int32
+}
+
+var (
+	_ [unsafe.Sizeof(cuMemAccessDesc{}) - 12]struct{}
+	_ [12 - unsafe.Sizeof(cuMemAccessDesc{})]struct{}
+)
+
 // poolSyms are the optional symbols of the stream-ordered allocator.
+// cuMemPoolSetAccess is optional among them: without it a peer reaches the
+// pool's blocks only through cuMemcpyPeerAsync's staged path.
 type poolSyms struct {
 	cuMemPoolCreate, cuMemPoolDestroy, cuMemAllocFromPoolAsync, cuMemFreeAsync uintptr
 	cuMemPoolSetAttribute, cuMemPoolGetAttribute, cuMemPoolTrimTo              uintptr
+	cuMemPoolSetAccess                                                         uintptr
 }
 
 func (t *poolSyms) poolTable(opt func(string, *uintptr) entry) []entry {
@@ -64,6 +81,7 @@ func (t *poolSyms) poolTable(opt func(string, *uintptr) entry) []entry {
 		opt("cuMemPoolSetAttribute", &t.cuMemPoolSetAttribute),
 		opt("cuMemPoolGetAttribute", &t.cuMemPoolGetAttribute),
 		opt("cuMemPoolTrimTo", &t.cuMemPoolTrimTo),
+		opt("cuMemPoolSetAccess", &t.cuMemPoolSetAccess),
 	}
 }
 
@@ -101,24 +119,47 @@ type memPool struct {
 var _ plugin.MemPooler = (*device)(nil)
 
 // MemPool returns the device's stream-ordered pool, made at the first call
-// on the open device, or nil when the device reports no memory-pool support
-// (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0: an older driver or GPU),
-// the driver lacks the calls, or making the pool failed: target then keeps
-// its own size-class cache.
+// on the open device that succeeds, or nil when the device reports no
+// memory-pool support (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0: an
+// older driver or GPU), the driver lacks the calls, or making the pool
+// failed: target then keeps its own size-class cache, and may ask again
+// (a failed cuMemPoolCreate is tried again at the next call, so that a
+// transient failure does not keep the device off its pool for good). Once
+// made, the pool is answered without a driver call.
 func (d *device) MemPool() plugin.MemPool {
+	if mp := d.mp.Load(); mp != nil {
+		return mp
+	}
 	if !d.poolsSupported || d.state.Load() != opened || d.closed.Load() {
 		return nil
 	}
-	d.mpOnce.Do(func() {
-		mp, err := d.newMemPool()
-		if err == nil {
-			d.mp = mp
-		}
-	})
-	if d.mp == nil {
+	d.mpMu.Lock()
+	defer d.mpMu.Unlock()
+	if mp := d.mp.Load(); mp != nil {
+		return mp
+	}
+	if d.mpClosed {
 		return nil
 	}
-	return d.mp
+	mp, err := d.newMemPool()
+	if err != nil {
+		return nil
+	}
+	d.mp.Store(mp)
+	// The peers PeerAccess connected before the pool existed get access
+	// to it now (PeerAccess grants it to a pool made before).
+	d.pmu.Lock()
+	var peers []*device
+	for o, st := range d.peers {
+		if st == peerYes {
+			peers = append(peers, o)
+		}
+	}
+	d.pmu.Unlock()
+	for _, o := range peers {
+		_ = mp.grant(o)
+	}
+	return mp
 }
 
 func (d *device) newMemPool() (*memPool, error) {
@@ -135,6 +176,21 @@ func (d *device) newMemPool() (*memPool, error) {
 		// nil-queue allocation. target sets the limit's threshold later.
 		keep := ^uint64(0)
 		if err := drv.check("cuMemPoolSetAttribute", call(drv.cuMemPoolSetAttribute, mp.pool, cuMempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&keep)))); err != nil {
+			return err
+		}
+		// No internal dependencies (on by default). The Programming Guide:
+		// "Failing to allocate and map more physical memory from the OS,
+		// the driver will look for memory whose availability depends on
+		// another stream's pending progress. If such memory is found, the
+		// driver will insert the required dependency into the allocating
+		// stream and reuse the memory." A nil-queue Alloc synchronizes its
+		// stream before returning: with such a dependency the host would
+		// wait for another queue's work, however long. Without it the
+		// allocation fails (CUDA_ERROR_OUT_OF_MEMORY) and target trims and
+		// retries once; "Internal dependency insertion ... can serialize
+		// work in unexpected and potentially non-deterministic ways".
+		off := int32(0)
+		if err := drv.check("cuMemPoolSetAttribute", call(drv.cuMemPoolSetAttribute, mp.pool, cuMempoolAttrReuseAllowInternalDependencies, uintptr(unsafe.Pointer(&off)))); err != nil {
 			return err
 		}
 		for _, s := range []*uintptr{&mp.alloc, &mp.free} {
@@ -321,18 +377,46 @@ func (q *Queue) poolEvent() (ev, s uintptr, err error) {
 	return q.poolEv, s, nil
 }
 
-// closeMemPool destroys the pool at device close (Close holds no other
-// device state by then).
-func (d *device) closeMemPool() error {
-	if d.mp == nil {
+// grant gives device o access to the pool's blocks (cuMemPoolSetAccess,
+// read and write), for PeerAccess. The Programming Guide: "memory pool
+// allocation accessibility does not follow cudaDeviceEnablePeerAccess or
+// cuCtxEnablePeerAccess. ... By default, allocations are accessible only
+// from the device where the allocations are located." Without the call in
+// the driver nothing is granted: peer copies of pool blocks then go
+// through cuMemcpyPeerAsync's staged path.
+func (mp *memPool) grant(o *device) error {
+	drv := mp.d.drv
+	if drv.cuMemPoolSetAccess == 0 {
 		return nil
 	}
-	return d.mp.destroy()
+	desc := cuMemAccessDesc{locType: cuMemLocationTypeDevice, locID: int32(o.dev), flags: cuMemAccessFlagsProtReadWrite}
+	err := mp.d.withCtx("cuMemPoolSetAccess", func() result {
+		return call(drv.cuMemPoolSetAccess, mp.pool, uintptr(unsafe.Pointer(&desc)), 1)
+	})
+	if err != nil {
+		return fmt.Errorf("%v: give %v access to the memory pool: %w", mp.d, o, err)
+	}
+	return nil
 }
 
-// mpState is the device's pool, made once (mempool.go).
+// closeMemPool destroys the pool at device close (Close holds no other
+// device state by then); no pool is made afterwards.
+func (d *device) closeMemPool() error {
+	d.mpMu.Lock()
+	d.mpClosed = true
+	mp := d.mp.Swap(nil)
+	d.mpMu.Unlock()
+	if mp == nil {
+		return nil
+	}
+	return mp.destroy()
+}
+
+// mpState is the device's pool, made at the first MemPool call that
+// succeeds (mempool.go).
 type mpState struct {
 	poolsSupported bool // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, with every symbol bound
-	mpOnce         sync.Once
-	mp             *memPool
+	mpMu           sync.Mutex
+	mpClosed       bool // under mpMu: Close destroyed the pool or made none
+	mp             atomic.Pointer[memPool]
 }

@@ -23,8 +23,11 @@ const (
 // copy directly: both directions pass cuDeviceCanAccessPeer, and each
 // context is given access to the other's memory (cuCtxEnablePeerAccess; an
 // access already enabled counts, too many peers means no, and a direction
-// enabled here before the other failed is disabled again). The answer is
-// kept for the pair, in both devices, as LLVM's plugin keeps it.
+// enabled here before the other failed is disabled again), and to the
+// blocks of the other's stream-ordered pool (cuMemPoolSetAccess, as
+// PyTorch's enablePeerAccess does: pool memory does not follow
+// cuCtxEnablePeerAccess). The answer is kept for the pair, in both devices,
+// as LLVM's plugin keeps it.
 func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 	o, ok := peer.(*device)
 	if !ok || o.drv != d.drv || o == d {
@@ -88,6 +91,20 @@ func (d *device) PeerAccess(peer plugin.Impl) (bool, error) {
 		}
 	}
 	d.setPeer(o, peerYes)
+	// Each context may reach the other's cuMemAlloc memory now, but not
+	// its pool's blocks: grant that too, per direction (a pool made later
+	// is granted by MemPool). A failure leaves the pair unknown, to be
+	// asked again.
+	var errs []error
+	for _, pair := range [2][2]*device{{d, o}, {o, d}} {
+		if mp := pair[0].mp.Load(); mp != nil {
+			errs = append(errs, mp.grant(pair[1]))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		d.setPeer(o, peerUnknown)
+		return false, err
+	}
 	return true, nil
 }
 

@@ -125,6 +125,10 @@
  *                                          blocks and what its pools reserved
  *                                          (-1: no such device)
  *   int  fakecuda_peer_enabled(int a, int b) whether a's context may access b's
+ *   int  fakecuda_pool_access(int dev, int peer) whether every pool made on dev
+ *                                          with cuMemPoolCreate grants peer
+ *                                          access (cuMemPoolSetAccess); 0 when
+ *                                          dev has none
  *   void fakecuda_gate(const char *name, int closed) closes (1) or opens (0) a
  *                                          gate in front of API name (without
  *                                          _v2): a call arriving at a closed
@@ -260,6 +264,8 @@ struct op {
 	int pool_op;               /* POOL_ALLOC, POOL_FREE: a stream-ordered allocator operation on pblk */
 	struct pool_blk *pblk;
 	unsigned long long pseq;
+	struct pool_blk *dep_blk;  /* POOL_ALLOC by an internal dependency: wait until dep_blk's free dep_seq completed */
+	unsigned long long dep_seq;
 	struct pool_blk *use[2];   /* a copy: the pool blocks it reads or writes, */
 	unsigned long long use_alloc[2], use_free[2]; /* and their counts when it was issued */
 	struct op *next;
@@ -317,6 +323,8 @@ static void stream_wait_event_op(struct op *o);
 static void drain_legacy(struct fake_ctx *ctx);
 static int prohibited(CUdevice d);
 static void pool_op_done(struct op *o);
+static void pool_dep_wait(struct op *o);
+static int pool_access_ok(CUdeviceptr d, int acc);
 static void pool_use_check(struct op *o);
 static void pool_note_use(struct op *o, const void *dst, const void *src);
 static void pool_observe(struct fake_stream *s);
@@ -1364,7 +1372,13 @@ API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
 	}
 	switch (attr) {
 	case 1: /* CONTEXT */
-		*(CUcontext *)data = &g_ctx[x->dev];
+		/* The Programming Guide (Stream-Ordered Memory Allocator, Pointer
+		   Attributes): "Since stream-ordered allocations are not context
+		   associated, querying CU_POINTER_ATTRIBUTE_CONTEXT will succeed
+		   but return NULL in *data. The attribute
+		   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL can be used to determine the
+		   location of the allocation". */
+		*(CUcontext *)data = x->kind == K_POOL ? NULL : &g_ctx[x->dev];
 		break;
 	case 2: /* MEMORY_TYPE: CU_MEMORYTYPE_HOST 1, DEVICE 2 */
 		*(unsigned int *)data = is_pinned_host(x) ? 1 : 2;
@@ -1458,6 +1472,15 @@ static void *worker(void *arg) {
 			ev_complete(o->ev, o->seq);
 			free(o);
 			pthread_cond_broadcast(&s->cv);
+			continue;
+		}
+		if (o->pool_op && o->dep_blk) {
+			/* An internal dependency: the op stays at the head (the
+			   stream pending) until the other stream's free is done. */
+			pthread_mutex_unlock(&s->mu);
+			pool_dep_wait(o);
+			pthread_mutex_lock(&s->mu);
+			o->dep_blk = NULL;
 			continue;
 		}
 		if (o->pool_op) { /* a stream-ordered allocation or free reached */
@@ -1810,8 +1833,13 @@ static int pinned_src(const void *p, size_t n) {
      sync device-to-device     no host-side synchronization: left on the
                                legacy stream
    The legacy stream also waits for the context's blocking streams. */
+/* copy: peer is set for cuMemcpyPeerAsync, which needs no access to pool
+   memory of the other device (see the stream-ordered allocator's section);
+   any other copy touching a pool block of another device than the one it
+   runs on (the stream's, else the current context's) needs the pool to
+   grant that device access. */
 static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, CUdeviceptr src_dev, size_t n,
-		     CUstream s, int async) {
+		     CUstream s, int async, int peer) {
 	CUresult r = need_ctx();
 	if (r)
 		return r;
@@ -1820,8 +1848,11 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 	if ((r = check_host_side(src_host, n)) || (r = check_host_side(dst_host, n)))
 		return r;
 	void *dst = dst_host, *src = (void *)src_host;
+	int acc = async && !is_null_stream(s) && live_stream(s) ? s->ctx->dev : t_cur->dev;
 	pthread_mutex_lock(&g_mu);
-	if (!dst)
+	if (!peer && ((!dst && !pool_access_ok(dst_dev, acc)) || (!src && !pool_access_ok(src_dev, acc))))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (!r && !dst)
 		r = resolve(dst_dev, n, &dst);
 	if (!r && !src)
 		r = resolve(src_dev, n, &src);
@@ -1877,37 +1908,39 @@ static CUresult copy(void *dst_host, CUdeviceptr dst_dev, const void *src_host, 
 
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
 	ENTER("cuMemcpyHtoD");
-	return copy(NULL, dst, src, 0, n, NULL, 0);
+	return copy(NULL, dst, src, 0, n, NULL, 0, 0);
 }
 
 API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
 	ENTER("cuMemcpyDtoH");
-	return copy(dst, 0, NULL, src, n, NULL, 0);
+	return copy(dst, 0, NULL, src, n, NULL, 0, 0);
 }
 
 API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 	ENTER("cuMemcpyDtoD");
-	return copy(NULL, dst, NULL, src, n, NULL, 0);
+	return copy(NULL, dst, NULL, src, n, NULL, 0, 0);
 }
 
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
 	ENTER("cuMemcpyHtoDAsync");
-	return copy(NULL, dst, src, 0, n, s, 1);
+	return copy(NULL, dst, src, 0, n, s, 1, 0);
 }
 
 API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
 	ENTER("cuMemcpyDtoHAsync");
-	return copy(dst, 0, NULL, src, n, s, 1);
+	return copy(dst, 0, NULL, src, n, s, 1, 0);
 }
 
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
 	ENTER("cuMemcpyDtoDAsync");
-	return copy(NULL, dst, NULL, src, n, s, 1);
+	return copy(NULL, dst, NULL, src, n, s, 1, 0);
 }
 
 /* cuMemcpyPeerAsync copies between memory of two contexts; the driver does
    not require peer access (it stages through the host then), so neither
-   does the fake. Each pointer must be memory of its context's device. */
+   does the fake. Each pointer must be device memory (cuMemAlloc or a pool's:
+   "selecting a context for making p2h2p copies using cudaMemcpyPeerAsync")
+   of its context's device. */
 API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream s) {
 	ENTER("cuMemcpyPeerAsync");
 	CUresult r = need_ctx();
@@ -1918,13 +1951,14 @@ API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
 		r = CUDA_ERROR_INVALID_CONTEXT;
 	else {
 		struct region *d = find_dev(dst), *x = find_dev(src);
-		if (!d || !x || d->kind != K_DEVICE || x->kind != K_DEVICE || d->dev != dctx->dev || x->dev != sctx->dev)
+		if (!d || !x || (d->kind != K_DEVICE && d->kind != K_POOL) || (x->kind != K_DEVICE && x->kind != K_POOL) ||
+		    d->dev != dctx->dev || x->dev != sctx->dev)
 			r = CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_unlock(&g_mu);
 	if (r)
 		return r;
-	return copy(NULL, dst, NULL, src, n, s, 1);
+	return copy(NULL, dst, NULL, src, n, s, 1, 1);
 }
 
 /* ---- events ---- */
@@ -2230,10 +2264,43 @@ API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
  *     an allocation on any other stream only once S has performed the free
  *     (CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: "Allow reuse of already
  *     completed frees when there is no dependency between the free and
- *     allocation"). The fake neither follows event dependencies nor inserts
- *     dependencies of its own (the REUSE_FOLLOW_EVENT_DEPENDENCIES and
- *     REUSE_ALLOW_INTERNAL_DEPENDENCIES attributes only allow the driver to;
+ *     allocation"). The fake does not follow event dependencies (the
+ *     REUSE_FOLLOW_EVENT_DEPENDENCIES attribute only allows the driver to;
  *     the fake reuses less, never earlier).
+ *   - CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES (on by default), the
+ *     Programming Guide: "Failing to allocate and map more physical memory
+ *     from the OS, the driver will look for memory whose availability
+ *     depends on another stream's pending progress. If such memory is
+ *     found, the driver will insert the required dependency into the
+ *     allocating stream and reuse the memory." The fake does so: when the
+ *     device has no room for a new block and the attribute is on, a block
+ *     whose free is still pending on another stream is handed out, and the
+ *     allocating stream waits for that free before its later work (a
+ *     synchronization of the allocating stream waits for it too).
+ *   - An allocation or free on a stream with no work pending is performed at
+ *     once, even while the "stream" gate holds the device's work:
+ *     cuMemAllocFromPoolAsync returns the pointer "immediately", the
+ *     suballocation is the host's, and nothing on the stream precedes it.
+ *   - Access (Programming Guide, Device Accessibility for Multi-GPU
+ *     Support): "memory pool allocation accessibility does not follow
+ *     cudaDeviceEnablePeerAccess or cuCtxEnablePeerAccess. For memory pools,
+ *     the API cudaMemPoolSetAccess modifies what devices can access
+ *     allocations from a pool. By default, allocations are accessible only
+ *     from the device where the allocations are located. ... To enable
+ *     access from other devices, the accessing device must be peer capable
+ *     with the memory pool's device ... the set access may fail with
+ *     cudaErrorInvalidDevice." A copy on a stream (or, synchronous, in a
+ *     context) of another device that reads or writes a pool block fails
+ *     with CUDA_ERROR_INVALID_VALUE unless the pool grants that device
+ *     access (the real driver may fault later instead; the fake says so at
+ *     once). cuMemcpyPeerAsync needs no access: "this can be useful when
+ *     selecting a context for making p2h2p copies using
+ *     cudaMemcpyPeerAsync" (Pointer Attributes). cuMemPoolSetAccess to a
+ *     device that cannot reach the pool's (FAKECUDA_PEER) gives
+ *     CUDA_ERROR_INVALID_DEVICE; the pool's own device cannot lose access
+ *     ("This access cannot be revoked"); the test hook
+ *     fakecuda_pool_access(dev, peer) says whether every pool made with
+ *     cuMemPoolCreate on dev grants peer access.
  *   - CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: "Amount of reserved memory in bytes
  *     to hold onto before trying to release memory back to the OS. When more
  *     than the release threshold bytes of memory are held by the memory pool,
@@ -2302,6 +2369,7 @@ struct pool_blk {
 struct fake_pool {
 	int dev, is_default, destroyed;
 	int reuse[4]; /* attributes 1-3 */
+	unsigned char access[MAX_DEVICES]; /* cuMemPoolSetAccess: devices other than dev that may access its blocks */
 	unsigned long long threshold, reserved_high, used_high;
 	struct pool_blk *blks;
 	struct fake_pool *next; /* every pool ever made: never freed, ops may point at its blocks */
@@ -2473,6 +2541,102 @@ static void pool_use_check(struct op *o) {
 	pthread_mutex_unlock(&g_mu);
 }
 
+/* pool_dep_wait: an allocation that took a block whose free is pending on
+   another stream waits for that free (an internal dependency). Blocks are
+   never freed, so o->dep_blk stays valid. */
+static void pool_dep_wait(struct op *o) {
+	if (!o->dep_blk)
+		return;
+	for (;;) {
+		pthread_mutex_lock(&g_mu);
+		int done = o->dep_blk->frees_done >= o->dep_seq;
+		pthread_mutex_unlock(&g_mu);
+		if (done)
+			return;
+		sleep_us(100);
+	}
+}
+
+/* pool_access_ok: whether device acc may reach the device memory at d: any
+   memory but a pool block of another device whose pool did not grant acc
+   access. Called with g_mu held. */
+static int pool_access_ok(CUdeviceptr d, int acc) {
+	struct region *x = find_dev(d);
+	if (!x || x->kind != K_POOL || x->dev == acc)
+		return 1;
+	return acc >= 0 && acc < MAX_DEVICES && x->blk->pool->access[acc];
+}
+
+API int fakecuda_pool_access(int dev, int peer) {
+	int n = 0, ok = 1;
+	pthread_mutex_lock(&g_mu);
+	for (struct fake_pool *p = g_pools; p; p = p->next)
+		if (p->dev == dev && !p->is_default && !p->destroyed) {
+			n++;
+			if (peer < 0 || peer >= MAX_DEVICES || !p->access[peer])
+				ok = 0;
+		}
+	pthread_mutex_unlock(&g_mu);
+	return n > 0 && ok;
+}
+
+/* CUmemAccessDesc (cuda.h): CUmemLocation location {type, id};
+   CUmemAccess_flags flags (NONE 0, PROT_READ 1, PROT_READWRITE 3). */
+typedef struct {
+	struct {
+		int type, id;
+	} location;
+	int flags;
+} CUmemAccessDesc;
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes in cuda.h");
+
+API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
+	ENTER("cuMemPoolSetAccess");
+	if (ready())
+		return ready();
+	if (!map && count)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	if (!live_pool(pool))
+		r = CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; !r && i < count; i++) {
+		int id = map[i].location.id, fl = map[i].flags;
+		if (map[i].location.type != 1 || (fl != 0 && fl != 1 && fl != 3))
+			r = CUDA_ERROR_INVALID_VALUE;
+		else if (!valid_dev(id))
+			r = CUDA_ERROR_INVALID_DEVICE;
+		else if (id == pool->dev && fl != 3)
+			r = CUDA_ERROR_INVALID_VALUE; /* "This access cannot be revoked" */
+		else if (id != pool->dev && fl != 0 && !can_peer(id, pool->dev))
+			r = CUDA_ERROR_INVALID_DEVICE;
+	}
+	for (size_t i = 0; !r && i < count; i++)
+		if (map[i].location.id != pool->dev)
+			pool->access[map[i].location.id] = map[i].flags != 0;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
+API CUresult cuMemPoolGetAccess(int *flags, CUmemoryPool pool, const void *location) {
+	ENTER("cuMemPoolGetAccess");
+	if (ready())
+		return ready();
+	if (!flags || !location)
+		return CUDA_ERROR_INVALID_VALUE;
+	const int *loc = location; /* CUmemLocation {type, id} */
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	if (!live_pool(pool) || loc[0] != 1)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else if (!valid_dev(loc[1]))
+		r = CUDA_ERROR_INVALID_DEVICE;
+	else
+		*flags = loc[1] == pool->dev || pool->access[loc[1]] ? 3 : 0;
+	pthread_mutex_unlock(&g_mu);
+	return r;
+}
+
 API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
 	ENTER("cuDeviceGetDefaultMemPool");
 	if (!pool)
@@ -2628,12 +2792,13 @@ static struct fake_stream *op_stream(CUstream s, CUresult *r) {
 	return s;
 }
 
-/* pool_enqueue issues a pool operation on s. On an idle stream of a device
-   not held busy (the "stream" gate open) nothing precedes it: the fake
-   performs it at once, as the driver's host-side suballocation does. */
+/* pool_enqueue issues a pool operation on s. On an idle stream nothing
+   precedes it: the fake performs it at once, as the driver's host-side
+   suballocation does, unless it waits for another stream's free (an
+   internal dependency). */
 static void pool_enqueue(struct fake_stream *s, struct op *o) {
 	pthread_mutex_lock(&s->mu);
-	if (!pending(s) && !gate_closed("stream")) {
+	if (!pending(s) && !o->dep_blk) {
 		pool_op_done(o); /* s->mu, then g_mu: the order the worker's callers keep */
 		pthread_mutex_unlock(&s->mu);
 		free(o);
@@ -2671,6 +2836,16 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t n, struct fake_pool *pool, 
 			if ((b->state == B_FREE || (b->state == B_FREEING && b->free_stream == s)) &&
 			    (pass == 0 ? b->size == sz : b->size > sz && b->size <= 2 * sz))
 				got = b;
+	if (!got && sz > g_mem - g_used[pool->dev] && pool->reuse[3]) {
+		/* No room for a new block: reuse one whose free is pending on
+		   another stream, with the dependency inserted. */
+		for (struct pool_blk *b = pool->blks; b && !got; b = b->next)
+			if (b->state == B_FREEING && b->size >= sz && b->size <= 2 * sz) {
+				got = b;
+				o->dep_blk = b;
+				o->dep_seq = b->frees;
+			}
+	}
 	if (!got) {
 		int dev = pool->dev;
 		void *back = sz <= g_mem - g_used[dev] ? malloc(sz) : NULL;

@@ -22,6 +22,7 @@ func poolAccess(t *testing.T, dev, peer int) int {
 // one made after. Run in a child: the pair's answer is kept per process.
 // Seen failing before the fix: fakecuda_pool_access(0, 1) was 0.
 func TestPeerAccessGrantsPoolAccess(t *testing.T) {
+	needFake(t)
 	runChild(t, "TestPeerAccessGrantsPoolAccessChild", "FAKECUDA_DEVICES=2", "FAKECUDA_PEER=all", "FAKECUDA_FAIL=")
 }
 
@@ -60,6 +61,7 @@ func TestPeerAccessGrantsPoolAccessChild(t *testing.T) {
 // accessible only from the device where the allocations are located"),
 // while cuMemcpyPeerAsync (p2h2p) needs none.
 func TestFakePoolAccessIsTheDevicesOwn(t *testing.T) {
+	needFake(t)
 	runChild(t, "TestFakePoolAccessIsTheDevicesOwnChild", "FAKECUDA_DEVICES=2", "FAKECUDA_FAIL=")
 }
 
@@ -149,6 +151,7 @@ func TestFakeMemFreeWaitsForEveryStream(t *testing.T) {
 // tries again at the next call; Close and MemPool racing are ordered (run
 // with -race: closeMemPool read the pool outside the once before).
 func TestMemPoolRetriesAfterAFailedCreate(t *testing.T) {
+	needFake(t)
 	runChild(t, "TestMemPoolRetriesAfterAFailedCreateChild", "FAKECUDA_DEVICES=2", "FAKECUDA_FAIL=cuMemPoolCreate:1")
 }
 

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -107,14 +108,25 @@ func (d *driver) hasPools() bool {
 // memory is usable by anything on return); Free on a queue 1
 // (cuMemFreeAsync); Free without a queue 1 when no queue is open, else
 // 1 + 2 per open queue (cuEventRecord of the queue's cached event,
-// cuStreamWaitEvent of the pool's free stream, which the host never waits
-// for).
+// cuStreamWaitEvent of a free stream of the pool's, which the host never
+// waits for) + a cuStreamQuery per free stream looked at for an idle one.
 type memPool struct {
 	d     *device
 	pool  uintptr // CUmemoryPool
 	alloc uintptr // stream of nil-queue allocations, and of nil-queue frees that wait for no queue
-	free  uintptr // stream of nil-queue frees that wait for the open queues
+
+	// Streams of frees that wait for queues' events (a nil-queue free with
+	// several busy queues, a free of a block other queues recorded): an
+	// idle one is taken, else a new one while fewer than maxFreeStreams,
+	// else the next in turn, so that a free waiting for a queue's long work
+	// does not hold back the frees behind it that wait for other queues.
+	fmu   sync.Mutex
+	frees []uintptr
+	next  int
 }
+
+// maxFreeStreams bounds the pool's free streams.
+const maxFreeStreams = 4
 
 var _ plugin.MemPooler = (*device)(nil)
 
@@ -193,11 +205,14 @@ func (d *device) newMemPool() (*memPool, error) {
 		if err := drv.check("cuMemPoolSetAttribute", call(drv.cuMemPoolSetAttribute, mp.pool, cuMempoolAttrReuseAllowInternalDependencies, uintptr(unsafe.Pointer(&off)))); err != nil {
 			return err
 		}
-		for _, s := range []*uintptr{&mp.alloc, &mp.free} {
-			if err := drv.check("cuStreamCreate", call(drv.cuStreamCreate, uintptr(unsafe.Pointer(s)), cuStreamNonBlocking)); err != nil {
-				return err
-			}
+		if err := drv.check("cuStreamCreate", call(drv.cuStreamCreate, uintptr(unsafe.Pointer(&mp.alloc)), cuStreamNonBlocking)); err != nil {
+			return err
 		}
+		var fs uintptr
+		if err := drv.check("cuStreamCreate", call(drv.cuStreamCreate, uintptr(unsafe.Pointer(&fs)), cuStreamNonBlocking)); err != nil {
+			return err
+		}
+		mp.frees = append(mp.frees, fs)
 		return nil
 	})
 	if err != nil {
@@ -213,7 +228,11 @@ func (mp *memPool) destroy() error {
 	drv := mp.d.drv
 	return mp.d.inOpenCtx(func() error {
 		var errs []error
-		for _, s := range []uintptr{mp.alloc, mp.free} {
+		mp.fmu.Lock()
+		streams := append([]uintptr{mp.alloc}, mp.frees...)
+		mp.frees = nil
+		mp.fmu.Unlock()
+		for _, s := range streams {
 			if s != 0 {
 				errs = append(errs, drv.check("cuStreamSynchronize", call(drv.cuStreamSynchronize, s)),
 					drv.check("cuStreamDestroy", call(drv.cuStreamDestroy, s)))
@@ -276,8 +295,8 @@ func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 }
 
 // Free is cuMemFreeAsync on q's stream. Without q: on the allocation stream
-// when no queue is open, else on the free stream after it waits for an
-// event recorded on each queue of after.
+// when no queue is open, else on a free stream (freeStream) after it waits
+// for an event recorded on each queue of after.
 func (mp *memPool) Free(p uintptr, q plugin.QueueImpl, after []plugin.QueueImpl) error {
 	drv := mp.d.drv
 	s := mp.alloc
@@ -289,7 +308,7 @@ func (mp *memPool) Free(p uintptr, q plugin.QueueImpl, after []plugin.QueueImpl)
 			return err
 		}
 	case len(after) > 0:
-		s = mp.free
+		s = 0 // a free stream, taken in the context below
 		for _, a := range after {
 			cq, _, err := mp.queueStream(a, "pool free")
 			if err != nil {
@@ -299,6 +318,12 @@ func (mp *memPool) Free(p uintptr, q plugin.QueueImpl, after []plugin.QueueImpl)
 		}
 	}
 	err := mp.d.inCtx(func() error {
+		if s == 0 {
+			var err error
+			if s, err = mp.freeStream(); err != nil {
+				return err
+			}
+		}
 		for _, cq := range waits {
 			ev, qs, err := cq.poolEvent()
 			if err != nil {
@@ -317,6 +342,37 @@ func (mp *memPool) Free(p uintptr, q plugin.QueueImpl, after []plugin.QueueImpl)
 		return fmt.Errorf("%v: pool free of %#x: %w", mp.d, p, err)
 	}
 	return nil
+}
+
+// freeStream picks the stream of a free that waits for events: an idle free
+// stream of the pool's (cuStreamQuery), else a new one while there are
+// fewer than maxFreeStreams, else the next in turn. Called in the context.
+func (mp *memPool) freeStream() (uintptr, error) {
+	drv := mp.d.drv
+	mp.fmu.Lock()
+	defer mp.fmu.Unlock()
+	for _, s := range mp.frees {
+		if call(drv.cuStreamQuery, s) == cudaSuccess {
+			return s, nil
+		}
+	}
+	if len(mp.frees) < maxFreeStreams {
+		var s uintptr
+		err := drv.check("cuStreamCreate", call(drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking))
+		if err == nil {
+			mp.frees = append(mp.frees, s)
+			return s, nil
+		}
+		if len(mp.frees) == 0 {
+			return 0, err
+		}
+	}
+	if len(mp.frees) == 0 {
+		return 0, fmt.Errorf("%v: memory pool: %w", mp.d, ErrClosed)
+	}
+	s := mp.frees[mp.next%len(mp.frees)]
+	mp.next++
+	return s, nil
 }
 
 // Stats reads CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT and USED_MEM_CURRENT.
@@ -349,9 +405,14 @@ func (mp *memPool) Trim(keep uintptr) error {
 		if err := drv.check("cuStreamSynchronize", call(drv.cuStreamSynchronize, mp.alloc)); err != nil {
 			return err
 		}
-		if call(drv.cuStreamQuery, mp.free) == cudaSuccess {
-			if err := drv.check("cuStreamSynchronize", call(drv.cuStreamSynchronize, mp.free)); err != nil {
-				return err
+		mp.fmu.Lock()
+		frees := slices.Clone(mp.frees)
+		mp.fmu.Unlock()
+		for _, fs := range frees {
+			if call(drv.cuStreamQuery, fs) == cudaSuccess {
+				if err := drv.check("cuStreamSynchronize", call(drv.cuStreamSynchronize, fs)); err != nil {
+					return err
+				}
 			}
 		}
 		return drv.check("cuMemPoolTrimTo", call(drv.cuMemPoolTrimTo, mp.pool, keep))

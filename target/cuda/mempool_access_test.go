@@ -2,9 +2,11 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -196,4 +198,62 @@ func TestMemPoolHasNoInternalDependencies(t *testing.T) {
 func TestOutOfMemoryIsVendorNeutral(t *testing.T) {
 	require.True(t, errors.Is(&Error{Call: "cuMemAlloc", Code: cudaErrorOutOfMemory}, plugin.ErrOutOfMemory))
 	require.False(t, errors.Is(&Error{Call: "cuMemAlloc", Code: cudaErrorInvalidValue}, plugin.ErrOutOfMemory))
+}
+
+// Issue 27 item 8: frees that wait for different queues do not share one
+// stream: with queue A's work held (its stream alone, at the fake's
+// "stream:%p" gate), a free waiting for A and B does not hold back a later
+// free waiting for B and C only; the latter completes, and a trim gives its
+// block back. Seen failing before the fix: both frees were on the pool's one
+// free stream, the second behind the first.
+func TestMemPoolFreesDoNotShareAStream(t *testing.T) {
+	d := dev(t, 0)
+	require.NoError(t, d.Open())
+	mp, ok := d.MemPool().(*memPool)
+	require.True(t, ok)
+	const n = 1 << 16
+	var qs [3]*Queue
+	for i := range qs {
+		qi, err := d.NewQueue()
+		require.NoError(t, err)
+		qs[i] = qi.(*Queue)
+		defer func() { require.NoError(t, qi.Destroy()) }()
+	}
+	qa, qb, qc := qs[0], qs[1], qs[2]
+	src, _ := hostBuf(t, n)
+	pa, err := mp.Alloc(n, nil)
+	require.NoError(t, err)
+	pb, err := mp.Alloc(n, nil)
+	require.NoError(t, err)
+	name := fmt.Sprintf("stream:%#x", qa.handle()) // glibc prints %p as 0x and lowercase hex
+	gate(t, name, true)
+	open := func() { gate(t, name, false) }
+	// Opened before the queues' Destroy, which waits for their work.
+	defer open()
+	require.NoError(t, d.Copy(pa, src, n, plugin.HostToDevice, qa)) // held: A alone
+	require.NoError(t, d.Copy(pb, src, n, plugin.HostToDevice, qb))
+	require.NoError(t, d.Copy(pb, src, n, plugin.HostToDevice, qc))
+	require.NoError(t, mp.Free(pa, nil, []plugin.QueueImpl{qa, qb}))
+	require.NoError(t, mp.Free(pb, nil, []plugin.QueueImpl{qb, qc}))
+	require.NoError(t, qb.Synchronize())
+	require.NoError(t, qc.Synchronize())
+	done, err := qa.Query()
+	require.NoError(t, err)
+	require.False(t, done, "A's copy is held")
+	reserved0, _, err := mp.Stats()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		require.NoError(t, mp.Trim(0))
+		r, _, err := mp.Stats()
+		require.NoError(t, err)
+		return r <= reserved0-n
+	}, 10*time.Second, time.Millisecond, "the free waiting for B and C completed while A is held")
+	open()
+	require.NoError(t, qa.Synchronize())
+	require.Eventually(t, func() bool {
+		require.NoError(t, mp.Trim(0))
+		r, _, err := mp.Stats()
+		require.NoError(t, err)
+		return r <= reserved0-2*n
+	}, 10*time.Second, time.Millisecond)
 }

@@ -151,7 +151,10 @@
  *                                          other work does the same; the
  *                                          reference promises only the order of
  *                                          a stream's work, never when it
- *                                          completes
+ *                                          completes. The gate named
+ *                                          "stream:%p" (printf's %p of the
+ *                                          CUstream) holds that stream's
+ *                                          work alone
  *   int  fakecuda_gated(void)              calls (and stream workers) waiting at
  *                                          a closed gate
  *   long fakecuda_event_misuse(void)       cuEventDestroy calls of an event a
@@ -1459,6 +1462,14 @@ static void *worker(void *arg) {
 			   stays queued, so the stream and its events stay pending. */
 			pthread_mutex_unlock(&s->mu);
 			gate_wait("stream");
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		char own[48]; /* this stream alone held: "stream:%p" of its handle */
+		snprintf(own, sizeof own, "stream:%p", (void *)s);
+		if (gate_closed(own)) {
+			pthread_mutex_unlock(&s->mu);
+			gate_wait(own);
 			pthread_mutex_lock(&s->mu);
 			continue;
 		}

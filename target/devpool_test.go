@@ -135,19 +135,18 @@ func TestDevicePoolLimit(t *testing.T) {
 	require.Equal(t, uintptr(256<<10), d.PoolStats().Reserved, "a lower limit gives back what is over it")
 }
 
-// Issue 27 item 2: AllocArray's device memory comes from the device pool
-// (no driver call for a reused block) and Free gives it back there; a
-// PoolArray freed with FreeOn(q) is reused by q at once. Seen failing
-// before the fix: AllocArray called the driver for every array.
+// Issue 27 item 2: PoolArray is the typed PoolAlloc: a reused block costs
+// no driver call, Free gives it back to the pool, and one freed with
+// FreeOn(q) is reused by q at once.
 func TestAllocArrayUsesThePool(t *testing.T) {
 	f, d := withFake(t, 0)
-	a, err := AllocArray[float32](d, plugin.MemDevice, 1000)
+	a, err := PoolArray[float32](d, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1000, a.Len())
 	require.Equal(t, uintptr(4096), d.PoolStats().InUse, "4000 bytes, in the 4096-byte class")
 	require.NoError(t, a.Free())
 	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
-	b, err := AllocArray[float32](d, plugin.MemDevice, 1000)
+	b, err := PoolArray[float32](d, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, a.Memory().Addr, b.Memory().Addr)
 	require.Equal(t, uint64(1), d.PoolStats().Hits)

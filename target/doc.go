@@ -65,8 +65,8 @@
 //
 // Device.PoolAlloc and PoolFree cache device memory per device, as
 // PyTorch's, CuPy's and RMM's allocators do (omp_target_alloc, the device
-// memory spaces and AllocArray's device memory use them; PoolArray and
-// Array.FreeOn are the typed forms). The rules:
+// memory spaces use them; PoolArray and Array.FreeOn are the typed forms,
+// AllocArray stays a direct driver allocation). The rules:
 //
 //   - every copy ompalloc queues on a block records its queue on the block;
 //     Queue.RecordUse records work ompalloc did not issue (a kernel);

@@ -22,11 +22,10 @@ type Array[T any] struct {
 	m Memory
 }
 
-// AllocArray allocates n elements of T of the given kind on d. Device
-// memory of a GPU comes from the device's pool (PoolAlloc without a queue:
-// usable by anything at once; Free returns it there), so that tensors made
-// and dropped in a loop cost no cuMemAlloc/cuMemFree, which synchronize the
-// device.
+// AllocArray allocates n elements of T of the given kind on d, from the
+// driver (Device.Alloc). For device memory made and dropped in a loop, take
+// it from the device's pool with PoolArray: cuMemAlloc/cuMemFree
+// synchronize the device.
 func AllocArray[T any](d *Device, kind plugin.MemKind, n int) (Array[T], error) {
 	typ, sz, err := elemType[T]()
 	if err != nil {
@@ -34,9 +33,6 @@ func AllocArray[T any](d *Device, kind plugin.MemKind, n int) (Array[T], error) 
 	}
 	if n <= 0 {
 		return Array[T]{}, fmt.Errorf("%v: an array of %d %v: %w", d, n, typ, ErrInvalidArgument)
-	}
-	if kind == plugin.MemDevice && !d.host {
-		return poolArray[T](d, n, sz, nil)
 	}
 	m, err := d.AllocMemory(kind, uintptr(n)*sz)
 	if err != nil {
@@ -72,7 +68,7 @@ func poolArray[T any](d *Device, n int, sz uintptr, q *Queue) (Array[T], error) 
 }
 
 // FreeOn frees the array in q's order: the work issued on q so far may
-// still use it. A pool array (AllocArray's device memory, PoolArray) goes
+// still use it. A pool array (PoolArray) goes
 // back to the pool with PoolFree(q): q's later allocations may reuse it at
 // once, other queues' once that work completed, and work other queues
 // recorded on it (their copies, RecordUse) is waited for as well. Other

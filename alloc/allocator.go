@@ -9,6 +9,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -263,6 +264,17 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 		a.pool = pp // try picks the caller's node's heap; off the fast path
 	}
 	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0 && a.ptn == nil && a.pool == nil
+	if a.plain {
+		a.head.Fast.Init(a.heap, a.shards.t, a.id, a.align, &a.head.Destroyed)
+	}
+	// What a free of one of a's blocks must do besides the heap's part
+	// (heap.FreeFast hands the tally back only when a flag is set).
+	if a.ptn != nil {
+		a.shards.t.SetFollow(heap.FollowPartition)
+	}
+	if set.PoolSize > 0 {
+		a.shards.t.SetFollow(heap.FollowPool)
+	}
 	return a, nil
 }
 
@@ -423,11 +435,18 @@ func (a *Allocator) Destroy() error {
 	if !a.head.Destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("%v: %w", a, ErrDestroyed)
 	}
+	// Frees of a's blocks from now on hand the tally back (heap.FreeFast),
+	// so that the last one releases a.
+	a.shards.t.SetFollow(heap.FollowClosed)
 	// An allocation that started before the flag was set may still be
 	// counting its block: wait for it, so that the live count read next is
-	// final and the handle is never reused under it. Every one that starts
-	// now sees the flag; the count is per P (heap.Tally.Enter says why its
-	// sum never reads a false zero once the flag is set).
+	// final and the handle is never reused under it. The hot path
+	// (heap.Fast.Alloc) reads the flag in its pinned section: a grace period
+	// (pcpu.Quiesce) sees every such section ended, its count visible, and
+	// every later one sees the flag. The general path counts itself in
+	// flight (heap.Tally.Enter says why its sum never reads a false zero
+	// once the flag is set).
+	pcpu.Quiesce()
 	for a.shards.t.InFlight() != 0 {
 		runtime.Gosched()
 	}
@@ -450,10 +469,17 @@ func (a *Allocator) Destroy() error {
 // began before Destroy is still counting its own.)
 //
 // The first live count only filters: while blocks are live (each free of a
-// destroyed allocator's leftovers asks) it answers without InFlight's
-// process-wide barrier. The answer is the second, read after InFlight.
+// destroyed allocator's leftovers asks) it answers without the grace
+// period and InFlight's process-wide barrier. The answer is the second,
+// read after both: the grace period (pcpu.Quiesce) ends every hot-path
+// allocation that read the flag unset (heap.Fast.Alloc), InFlight those of
+// the general path.
 func (a *Allocator) releasable() bool {
-	return a.head.Destroyed.Load() && a.shards.live() == 0 && a.shards.t.InFlight() == 0 && a.shards.live() == 0
+	if !a.head.Destroyed.Load() || a.shards.live() != 0 {
+		return false
+	}
+	pcpu.Quiesce()
+	return a.shards.t.InFlight() == 0 && a.shards.live() == 0
 }
 
 // release frees the handle for reuse once a destroyed allocator has no live

@@ -177,3 +177,74 @@ func TestStaleHandleRefused(t *testing.T) {
 	t.Cleanup(func() { _ = d.Destroy() })
 	require.NotEqual(t, c.id, d.id, "a freed number is not reused at once")
 }
+
+// Issue 30: the hot path (heap.Fast.Alloc) stores no in-flight mark; it
+// reads the destroyed flag in its pinned section, and Destroy waits out a
+// grace period (pcpu.Quiesce) before it reads the live count. Destroy
+// racing cached-block allocations at GOMAXPROCS 1 to 64, with the number
+// reused at once: the allocator that takes the number never counts the old
+// one's blocks (an allocation that passed the flag's check and counted its
+// block after Destroy's read would leave a live block that Destroy did not
+// see, whose free then counts out of the new allocator).
+func TestDestroyRacingFastAlloc(t *testing.T) {
+	setReuseDelay(t, 0)
+	old := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	rounds := 100
+	if testing.Short() {
+		rounds = 20
+	}
+	for _, procs := range []int{1, 2, 4, 8, 16, 64} {
+		runtime.GOMAXPROCS(procs)
+		for round := 0; round < rounds && !t.Failed(); round++ {
+			a, err := New(memspace.Default)
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			var started sync.WaitGroup
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				started.Add(1)
+				go func() {
+					defer wg.Done()
+					var held [8]unsafe.Pointer // blocks kept a while: Destroy sees some live
+					for i := 0; ; i++ {
+						if i == 8 {
+							started.Done()
+						}
+						p, err := a.Alloc(64)
+						if err != nil {
+							if !errors.Is(err, ErrDestroyed) {
+								t.Errorf("alloc: %v", err)
+							}
+							for _, q := range held {
+								if q != nil {
+									require.NoError(t, Free(q))
+								}
+							}
+							if i < 8 {
+								started.Done()
+							}
+							return
+						}
+						if q := held[i%8]; q != nil {
+							if err := Free(q); err != nil {
+								t.Errorf("free: %v", err)
+							}
+						}
+						held[i%8] = p
+					}
+				}()
+			}
+			started.Wait()
+			if err := a.Destroy(); err != nil {
+				require.ErrorIs(t, err, ErrLiveBlocks) // the frees release it
+			}
+			b, err := New(memspace.Default) // takes a's number once a is released
+			require.NoError(t, err)
+			wg.Wait()
+			st := b.Stats()
+			require.True(t, st.Frees == 0 && st.Allocs == 0, "GOMAXPROCS %d round %d: %v (old %v) counts the old allocator's blocks: %+v", procs, round, b, a, st)
+			require.NoError(t, b.Destroy())
+		}
+	}
+}

@@ -39,10 +39,12 @@ func SetLeakCheck(on bool) (was bool) {
 	leakMu.Lock()
 	defer leakMu.Unlock()
 	if on {
-		hooks.FreeChecks.Add(1) // one of free's reasons (FreeChecks), before it holds
+		hooks.FreeChecks.Add(1)  // one of free's reasons (FreeChecks), before it holds
+		hooks.AllocChecks.Add(1) // the hot path records no stack: the general path does
 	}
 	if was = leakCheck.Swap(on); was {
 		hooks.FreeChecks.Add(-1) // the reason it held until now
+		hooks.AllocChecks.Add(-1)
 	}
 	return was
 }

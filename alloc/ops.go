@@ -15,7 +15,17 @@ import (
 
 // Alloc returns size bytes aligned to the allocator's alignment (at least
 // 16). Size 0 returns nil and no error, as omp_alloc does.
-func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) { return a.alloc(size, 0, false) }
+func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) {
+	// A cached block of a plain host allocator comes from the heap's hot
+	// path (heap.Fast.Alloc), which counts it, counts it down for the heap
+	// profile and checks the destroyed flag in its pinned section; every
+	// other case, and a destroyed allocator's refusal, takes the general
+	// path. kmp's omp_alloc calls the hot path itself.
+	if p := a.head.Fast.Alloc(size); p != 0 {
+		return cmem.Ptr(p), nil
+	}
+	return a.alloc(size, 0, false)
+}
 
 // AlignedAlloc is Alloc with at least the given alignment (a power of two).
 func (a *Allocator) AlignedAlloc(alignment, size uintptr) (unsafe.Pointer, error) {
@@ -289,25 +299,27 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 // Free releases p, whichever allocator it came from (omp_free: the handle
 // passed there does not matter). nil is a no-op. A pointer this runtime did
 // not return, or one already freed, is an error and changes nothing.
-func Free(p unsafe.Pointer) error { return free(p, true) } // inlined: one frame less
+//
+// It inlines into its callers (kmp's omp_free): a small block is freed in
+// heap.FreeFast's one frame, which hands free's other work to freeCheck
+// (deferred frees, the leak check, sampled blocks) and freeFollow (errors,
+// the owner's follow-up) through heap's hooks.
+func Free(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), true) }
 
 // freeNow is Free without waiting for copies in flight.
-func freeNow(p unsafe.Pointer) error { return free(p, false) }
+func freeNow(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), false) }
 
-// free is Free; mayDefer false frees at once even while a queued copy may
-// still use the block (a deferred free completing).
-func free(p unsafe.Pointer, mayDefer bool) error {
-	if p == nil {
-		return nil
+func init() {
+	heap.FreeCheckHook = func(p uintptr, mayDefer bool) (bool, error) { return freeChecks(cmem.Ptr(p), mayDefer) }
+	heap.FreeFollowHook = func(p uintptr, t *heap.Tally, foot uintptr, err error) error {
+		return freeFollow(cmem.Ptr(p), t, foot, err)
 	}
-	// One load for the reasons to look further (hooks.FreeChecks: deferred
-	// frees, leak check, sampled blocks), one for queued copies.
-	if hooks.FreeChecks.Load() != 0 || mayDefer && hooks.HostUses.Load() > 0 {
-		if done, err := freeChecks(p, mayDefer); done {
-			return err
-		}
-	}
-	b, t, err := heap.FreeCounted(uintptr(p))
+}
+
+// freeFollow is Free's rare tail (heap.FreeFollowHook): an error, or the
+// owner's follow-up (heap.Tally.SetFollow) once the heap counted the block
+// out of tally t; foot is the block's footprint.
+func freeFollow(p unsafe.Pointer, t *heap.Tally, foot uintptr, err error) error {
 	if err != nil {
 		if errors.Is(err, heap.ErrForeign) {
 			if ok, terr := freeTarget(p); ok {
@@ -332,7 +344,7 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	}
 	// heap.Free counted the block out of a's tally.
 	if a.traits.PoolSize > 0 {
-		a.releasePool(int64(b.Footprint)) // what it was charged (settlePool)
+		a.releasePool(int64(foot)) // what it was charged (settlePool)
 	}
 	if a.head.Destroyed.Load() && a.releasable() { // the flag inline: releasable is not
 		a.release()
@@ -340,9 +352,10 @@ func free(p unsafe.Pointer, mayDefer bool) error {
 	return nil
 }
 
-// freeChecks is what free does before the heap frees p when one of
-// hooks.FreeChecks' reasons holds or a queued copy uses host memory. done:
-// free returns err without freeing (a deferred free, or an error).
+// freeChecks is what Free does before the heap frees p when one of
+// hooks.FreeChecks' reasons holds or a queued copy uses host memory
+// (heap.FreeCheckHook). done: Free returns err without freeing (a deferred
+// free, or an error).
 func freeChecks(p unsafe.Pointer, mayDefer bool) (done bool, err error) {
 	if mayDefer && (deferredFrees.Load() > 0 || hooks.HostUses.Load() > 0) {
 		// A queued copy may still read or write the block (FreeAfter).

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
@@ -90,12 +91,24 @@ func reportErr(fn string, err error) {
 // Alloc is omp_alloc.
 func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
 	// resolve's common case, inlined: a live allocator's own handle. The
-	// table's entries are the allocators' heads, their first field.
-	al := (*alloc.Allocator)(handles.Live(uintptr(a)))
-	if al == nil {
-		if al = resolve("omp_alloc", a); al == nil {
-			return nil
+	// table's entries are the allocators' heads, their first field; a
+	// plain host allocator's head holds the heap's hot path (heap.Fast),
+	// so a cached block costs one frame of the engine.
+	if e := (*handles.Head)(handles.Live(uintptr(a))); e != nil {
+		if p := e.Fast.Alloc(size); p != 0 {
+			return cmem.Ptr(p)
 		}
+	}
+	return allocGeneral(size, a)
+}
+
+// allocGeneral is Alloc for every case the hot path does not serve.
+//
+//go:noinline
+func allocGeneral(size uintptr, a AllocatorHandle) unsafe.Pointer {
+	al := resolve("omp_alloc", a)
+	if al == nil {
+		return nil
 	}
 	p, err := al.Alloc(size)
 	report("omp_alloc", err)

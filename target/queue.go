@@ -138,6 +138,7 @@ func (q *Queue) appendLocked(p pending) {
 	q.seq++
 	q.pending = append(q.pending, p)
 	if p.use.n != 0 {
+		hooks.FreeChecks.Add(1) // a reason for free to look (see hooks.FreeChecks), before it holds
 		hostUses.Add(1)
 	}
 }
@@ -365,6 +366,7 @@ func (d *Device) release(done []pending) {
 		}
 		if p.use.n != 0 {
 			hostUses.Add(-1)
+			hooks.FreeChecks.Add(-1)
 		}
 		if p.fn != nil {
 			runFn(p.fn)

@@ -3,6 +3,8 @@ package handles
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/heap"
 )
 
 // Head is the first field of every alloc.Allocator: what Live checks.
@@ -13,6 +15,11 @@ type Head struct {
 	Handle uintptr
 	// Destroyed is set once, by omp_destroy_allocator.
 	Destroyed atomic.Bool
+	// Fast is the allocator's descriptor for the heap's hot path (the zero
+	// Fast, serving nothing, for all but plain host allocators): omp_alloc
+	// calls it straight from the handle, one frame of the engine. Set
+	// before the allocator is published, never changed.
+	Fast heap.Fast
 }
 
 // Mask takes a handle's number, its index in the table.

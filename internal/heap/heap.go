@@ -133,6 +133,7 @@ type span struct {
 	// small spans
 	divMul        uint64  // slot index of an offset o: o*divMul>>divShift (o/size without a divide)
 	nslots, nfree uint32  // nfree: slots neither handed out nor cached
+	cap           int32   // classCap of the class: FreeFast's spill threshold without a table lookup
 	fresh         uintptr // next never-used slot when the free list is empty
 	zeroed        bool    // cut from pages fresh from the source: never-used slots are zero
 	free          uintptr // central free list

@@ -111,7 +111,7 @@ func (h *Heap) newSmallSpan(c int) (*span, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c], divMul: classDivMul[c]}
+	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: np, class: c, size: classSize[c], divMul: classDivMul[c], cap: classCap[c]}
 	s.zeroed = fresh
 	s.nslots = uint32((np*pageSize - hdrSize) / s.size)
 	s.nfree = s.nslots

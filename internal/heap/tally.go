@@ -7,8 +7,8 @@ package heap
 // owners register their tally under their id.
 
 import (
+	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -22,6 +22,7 @@ type Tally struct {
 	shards atomic.Pointer[[]*tallyShard]
 	peak   atomic.Int64
 	owner  unsafe.Pointer // the owner's object, for FreeCounted's callers (SetOwner)
+	follow atomic.Uint32  // what the owner does after a free (SetFollow; FreeFast reads it)
 }
 
 // SetOwner records the object that owns t (before t is registered). Free
@@ -365,35 +366,25 @@ func (t *Tally) SamplePeak() {
 // Peak returns the highest live bytes sampled.
 func (t *Tally) Peak() int64 { return t.peak.Load() }
 
-// The tallies of the owners, indexed by owner id; read without locks.
-var (
-	talliesMu sync.Mutex
-	tallies   atomic.Pointer[[]*Tally]
-)
+// talliesByOwner holds the tallies of the owners, indexed by owner id
+// (every id fits a small block's header: at most maxOwner), read without
+// locks: a fixed array of atomic pointers, so that a free indexes it with
+// the header's owner and no bounds check or table load (512 KiB of zero
+// pages until owners register).
+var talliesByOwner [maxOwner + 1]atomic.Pointer[Tally]
 
-// SetTally makes Free count the blocks of owner in t (nil: count nowhere).
-// An owner registers before it allocates.
+// SetTally makes Free count the blocks of owner (at most 65535) in t (nil:
+// count nowhere). An owner registers before it allocates.
 func SetTally(owner uint32, t *Tally) {
-	talliesMu.Lock()
-	defer talliesMu.Unlock()
-	var old []*Tally
-	if p := tallies.Load(); p != nil {
-		old = *p
+	if owner > maxOwner {
+		panic(fmt.Sprintf("heap: owner %d does not fit a block header", owner)) // a bug, not input
 	}
-	ts := old
-	if int(owner) >= len(ts) {
-		ts = make([]*Tally, max(int(owner)+1, 2*len(old), 64))
-		copy(ts, old)
-	} else {
-		ts = append([]*Tally(nil), old...)
-	}
-	ts[owner] = t
-	tallies.Store(&ts)
+	talliesByOwner[owner].Store(t)
 }
 
 func tallyOf(owner uint32) *Tally {
-	if p := tallies.Load(); p != nil && int(owner) < len(*p) {
-		return (*p)[owner]
+	if owner > maxOwner {
+		return nil
 	}
-	return nil
+	return talliesByOwner[owner].Load()
 }

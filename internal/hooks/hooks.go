@@ -40,14 +40,22 @@ var (
 	DeviceMemory = func() any { return []any{} }
 )
 
-// FreeChecks counts the reasons alloc's free must look beyond the heap,
-// other than HostUses: frees waiting for a queue (FreeAfter), leak-check
-// mode, sampled blocks of the heap profile still live (memsample). Each
+// FreeChecks counts the reasons alloc's free must look beyond the heap:
+// frees waiting for a queue (FreeAfter), leak-check mode, sampled blocks
+// of the heap profile still live (memsample), and each pending host range
+// that HostUses counts (target adds to both). Each
 // reason adds 1 before it holds and takes it back once it stopped, so that
 // a free that follows the start of any of them sees it: one atomic load for
 // all of them on every free.
 var FreeChecks atomic.Int64
 
 // HostUses counts the pending host ranges of all target queues: while it
-// is 0, a free need not ask FreeAfterUse (one atomic load on every free).
+// is 0, a free need not ask FreeAfterUse. Each range counts in FreeChecks
+// too, so that a free loads only FreeChecks while none is pending.
 var HostUses atomic.Int64
+
+// AllocChecks counts the reasons an allocation must take alloc's general
+// path rather than the heap's hot path (heap.Fast.Alloc): leak-check mode,
+// which records each block's stack. Added to before the reason holds, like
+// FreeChecks: one atomic load on every allocation.
+var AllocChecks atomic.Int64

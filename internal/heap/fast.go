@@ -1,0 +1,394 @@
+package heap
+
+// The allocation hot path: one frame of the engine per operation. An
+// owner precomputes a Fast descriptor (its heap, tally, owner number and
+// the class table of its alignment) once, when it is made; Fast.Alloc then
+// serves a cached slot in one pinned section with nothing to validate or
+// compute but the table's entry, and hands every other case back to the
+// caller's general path having done nothing. FreeFast is the matching free.
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ompalloc/ompalloc/internal/hooks"
+	"github.com/ompalloc/ompalloc/internal/memsample"
+	"github.com/ompalloc/ompalloc/internal/pcpu"
+)
+
+// classTableLen covers every index (need+15)/16 of a small block: need is
+// the size plus the user pointer's offset, at most maxSmall when the size
+// is within Fast.limit. A power of two, so that the mask the lookup applies
+// (a no-op on those indexes) spares the bounds check.
+const classTableLen = 4096
+
+// classEntry is a class (low half) and its slot size (high half); noEntry:
+// no class holds the need with the table's alignment.
+type classEntry uint32
+
+const noEntry classEntry = 0
+
+// classTable maps (need+15)/16 to the class classFor picks for one
+// alignment, and its footprint, in one load.
+type classTable [classTableLen]classEntry
+
+var (
+	tablesMu sync.Mutex
+	tables   [bits.UintSize]*classTable // by log2 of the alignment; built once each
+)
+
+// tableFor returns the class table of alignment align (a power of two
+// ≥ 16), building it on first use. Tables are shared: at most one per
+// alignment up to maxSmall, 16 KiB each.
+func tableFor(align uintptr) *classTable {
+	tablesMu.Lock()
+	defer tablesMu.Unlock()
+	k := bits.TrailingZeros64(uint64(align))
+	if t := tables[k]; t != nil {
+		return t
+	}
+	t := new(classTable)
+	for i := range t {
+		if c := classFor(uintptr(i)*minAlign, align); c >= 0 && i > 0 {
+			// Classes are multiples of 16, so the first class holding
+			// i*16 bytes is the first holding any need that rounds up to it.
+			t[i] = classEntry(c) | classEntry(classSize[c])<<16
+		}
+	}
+	tables[k] = t
+	return t
+}
+
+// Fast is an owner's descriptor for the hot path: what AllocSampled and
+// AllocGuarded work out at every call, worked out once. The zero Fast
+// serves nothing (Alloc always returns 0).
+type Fast struct {
+	h       *Heap
+	t       *Tally
+	classes *classTable
+	closed  *atomic.Bool // the owner's destroyed flag, read in the pinned section
+	off     uintptr      // the user pointer's offset in its slot
+	limit   uintptr      // sizes 1..limit have a class; 0: none
+	owner   uint32
+}
+
+// Init sets f up for owner (at most maxOwner) allocating from h with
+// alignment align (a power of two; below 16 means 16), counted in t.
+// closed is the owner's flag that refuses allocations once set: Fast.Alloc
+// reads it in its pinned section, so a closer that sets it and then waits
+// out a grace period (pcpu.Quiesce) knows every allocation either saw it
+// or is counted in t (see Alloc). Call it before f is shared.
+func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr, closed *atomic.Bool) {
+	*f = Fast{}
+	align = max(align, minAlign)
+	if h == nil || t == nil || closed == nil || owner > maxOwner || align > maxSmall/2 {
+		return // the general path serves everything
+	}
+	off := offFor(align)
+	*f = Fast{h: h, t: t, classes: tableFor(align), closed: closed, off: off, owner: owner}
+	for need := uintptr(maxSmall); need > off; need -= minAlign {
+		if classFor(need, align) >= 0 {
+			f.limit = need - off
+			break
+		}
+	}
+}
+
+// Alloc returns a block of size bytes from the P's cache, counted in the
+// owner's tally and counted down to the next heap-profile sample, all in
+// one pinned section; or 0, having done nothing, for every other case
+// (size 0 or past the small classes, nothing cached for the class, a P
+// without a cache or shard yet, the owner closed): the caller's general
+// path then serves it (refill, large blocks, errors, the refusal).
+//
+// The owner's closed flag is read inside the pinned section, so a closer
+// needs no mark from allocations (two atomic stores each, an XCHG on
+// amd64): it sets the flag, then waits out a grace period (pcpu.Quiesce, a
+// stop-the-world, which cannot begin while a goroutine is pinned). Every
+// pinned section that began before the grace period ended before it did,
+// its counts visible to the closer through the runtime's synchronisation
+// of the stop; every one that begins after it runs on a P stopped and
+// restarted since the flag was set, and sees the flag. So once Quiesce
+// returns, the owner's live count is final. See ARCHITECTURE.md, "The
+// in-flight protocol".
+func (f *Fast) Alloc(size uintptr) uintptr {
+	if size-1 >= f.limit || hooks.AllocChecks.Load() != 0 { // size 0 wraps
+		return 0
+	}
+	e := f.classes[((size+f.off+minAlign-1)>>4)&(classTableLen-1)]
+	c, foot := int(e&0xffff), uintptr(e>>16)
+	h, t := f.h, f.t
+	var p uintptr
+	rare := uint8(0)
+	pid := pcpu.Pin()
+	cs, ts := *h.caches.Load(), *t.shards.Load()
+	if pid < len(cs) && pid < len(ts) && !f.closed.Load() {
+		pc := cs[pid]
+		pc.guard.Lock()
+		l := &pc.lists[c]
+		if slot := l.head; slot != 0 {
+			l.head = link(slot)
+			l.n--
+			if testHooks && FastWindowHook != nil { // a constant false outside the tests' build tag
+				FastWindowHook()
+			}
+			sh := ts[pid]
+			sh.guard.Lock()
+			sh.allocs++
+			sh.bytes += int64(size)
+			sh.foot += int64(foot)
+			trip := sh.bytes > sh.mark+PeakStep+memsample.Bias()
+			sh.guard.Unlock()
+			if trip { // the peak, or the heap profile is on
+				rare = sh.tripped(int64(size))
+			}
+			p = h.handOut(slot, f.off, size, f.owner)
+		}
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+	if rare != 0 {
+		f.rare(p, size, foot, rare)
+	}
+	return p
+}
+
+// rare is allocRare for Alloc, out of its frame.
+//
+//go:noinline
+func (f *Fast) rare(p, size, foot uintptr, rare uint8) {
+	allocRare(p, size, foot, f.owner, f.t, rare)
+}
+
+// Follow-up flags of a Tally (SetFollow): what its owner must do when one
+// of its blocks is freed, beyond what the heap does. FreeFast loads them in
+// its pinned section and hands the tally back only when one is set.
+const (
+	FollowPartition uint32 = 1 << iota // the owner binds parts per block (partitioner)
+	FollowPool                         // the owner keeps a pool_size quota
+	FollowClosed                       // the owner is closed (destroyed): its last free releases it
+)
+
+// SetFollow sets flags in t's follow-up flags (never cleared: an owner's
+// partitioner and quota are fixed, and closing is final).
+func (t *Tally) SetFollow(flags uint32) { t.follow.Or(flags) }
+
+// FreeCheckHook and FreeFollowHook, set once by alloc's init (before any
+// allocation), are FreeFast's ways out to the allocation layer.
+// FreeCheckHook runs before the heap frees p while hooks.FreeChecks says it
+// must (deferred frees, the leak check,
+// sampled blocks): done means FreeFast returns its error without freeing.
+// FreeFollowHook gets every error FreeFast would return (the heap's own
+// sentinels, wrapped), and every block whose owner's tally has follow-up
+// flags, with the tally and the block's footprint, after the heap counted
+// it out; FreeFast returns what it returns. Nil: no checks, the heap's
+// errors as they are.
+var (
+	FreeCheckHook  func(p uintptr, mayDefer bool) (done bool, err error)
+	FreeFollowHook func(p uintptr, t *Tally, foot uintptr, err error) error
+)
+
+// FreeFast is Free for the allocation layer (alloc.Free, which inlines it
+// into omp_free): a small block is freed in this one frame, its owner
+// counted and its follow-up flags (SetFollow) read in the same pinned
+// section, with every rare case in a helper of its own (//go:noinline, so
+// that their frames and spills stay off this path). nil is a no-op;
+// mayDefer lets FreeCheckHook defer the free behind queued copies.
+//
+// A closer that sets FollowClosed and then waits out a grace period
+// (pcpu.Quiesce) or runs a process-wide barrier (pcpu.Barrier) sees every
+// free that read the flags unset counted out: such a free's count-out
+// precedes its load of the flags in program order, and its load, which
+// missed the closer's store, ran before the barrier reached its thread.
+func FreeFast(p uintptr, mayDefer bool) error {
+	if p == 0 || hooks.FreeChecks.Load() != 0 { // HostUses counts there too
+		if done, err := freeCheck(p, mayDefer); done {
+			return err
+		}
+	}
+	pid := pcpu.Pin()
+	var ch *chunk
+	// The table's common case, without lookup's extent check: a chunk of
+	// small blocks (not huge) is a whole granule, so every address the
+	// granule maps to is in it. Huge regions go to freeOther, which checks.
+	if g := p >> chunkShift; g < 1<<(rootBits+leafBits) {
+		if l := root[g>>leafBits].Load(); l != nil {
+			ch = l[g&(1<<leafBits-1)].Load()
+		}
+	}
+	if ch == nil || ch.huge != nil {
+		return freeOther(pid, ch, p) // unpins
+	}
+	s := ch.pages[((p-ch.base)>>pageShift)&(pagesPerChunk-1)].Load()
+	if s == nil || s.state.Load() != spanSmall {
+		return freeOther(pid, ch, p) // unpins
+	}
+	first := s.base + hdrSize
+	slot := first + uintptr(uint64(p-first)*s.divMul>>divShift)*s.size
+	hd := hdr(p)
+	if p%minAlign != 0 || p < first || p-slot < hdrSize ||
+		!atomic.CompareAndSwapUint32(&hd.tag, tag(magicLive, p-slot), tag(magicFree, p-slot)) {
+		return freeRefused(s, p) // unpins
+	}
+	h, c := ch.heap, s.class
+	size, foot := hd.size(), s.size
+	t := talliesByOwner[hd.owner()].Load() // before the block is counted out (see FreeCounted)
+	if t == nil {
+		return h.freeSlotRare(pid, c, p, slot, t, size, foot) // unpins
+	}
+	cs, ts := *h.caches.Load(), *t.shards.Load()
+	if pid >= len(cs) || pid >= len(ts) {
+		return h.freeSlotRare(pid, c, p, slot, t, size, foot) // unpins
+	}
+	pc, sh := cs[pid], ts[pid]
+	pc.guard.Lock()
+	sh.guard.Lock()
+	sh.frees++
+	sh.bytes -= int64(size)
+	sh.foot -= int64(foot)
+	sh.guard.Unlock()
+	l := &pc.lists[c]
+	setLink(slot, l.head)
+	l.head = slot
+	l.n++
+	over := l.n > s.cap
+	var spill uintptr
+	if over {
+		spill = pc.spillHalf(c)
+	}
+	pc.guard.Unlock()
+	fl := t.follow.Load()
+	pcpu.Unpin()
+	if over {
+		h.returnSpill(spill)
+	}
+	if fl != 0 {
+		return freeFollow(p, t, foot, nil)
+	}
+	return nil
+}
+
+// freeCheck runs FreeCheckHook for FreeFast; a nil p is done.
+//
+//go:noinline
+func freeCheck(p uintptr, mayDefer bool) (done bool, err error) {
+	if p == 0 {
+		return true, nil
+	}
+	if f := FreeCheckHook; f != nil {
+		return f(p, mayDefer)
+	}
+	return false, nil
+}
+
+// freeFollow hands FreeFast's error, or a block whose owner has follow-up
+// flags, to FreeFollowHook.
+//
+//go:noinline
+func freeFollow(p uintptr, t *Tally, foot uintptr, err error) error {
+	if f := FreeFollowHook; f != nil {
+		return f(p, t, foot, err)
+	}
+	return err
+}
+
+// freeOther is FreeFast for a pointer that is not in a small span of a
+// granule's chunk: a huge region (checked against its extent here), a
+// large or mixed span, free pages, an address past the table, or no chunk
+// at all. The caller is pinned to P pid; it unpins.
+//
+//go:noinline
+func freeOther(pid int, ch *chunk, p uintptr) error {
+	if ch == nil {
+		if ch = lookupHigh(p); ch == nil {
+			pcpu.Unpin()
+			return freeFollow(p, nil, 0, foreign(p))
+		}
+	}
+	if ch.huge != nil && p-ch.base >= ch.size { // the rest of a huge region's last granule
+		pcpu.Unpin()
+		return freeFollow(p, nil, 0, foreign(p))
+	}
+	var b Block
+	var t *Tally
+	var err error
+	if s := ch.spanAt(p); s == nil {
+		pcpu.Unpin()
+		err = ch.heap.notAtBlock(ch, p)
+	} else if st := s.state.Load(); st == spanSmall {
+		// Only a huge region's chunk came here with a small span: none has one.
+		pcpu.Unpin()
+		err = invalid(p)
+	} else {
+		b, t, err = ch.heap.freeLarge(pid, ch, s, p) // unpins
+	}
+	if err != nil {
+		return freeFollow(p, nil, 0, err)
+	}
+	if t != nil && t.follow.Load() != 0 {
+		return freeFollow(p, t, b.Footprint, nil)
+	}
+	return nil
+}
+
+// freeRefused explains why FreeFast's check of a small block failed: a
+// double free, an interior or misaligned pointer, or a racing free that
+// won the header's compare-and-swap. The caller is pinned; it unpins.
+//
+//go:noinline
+func freeRefused(s *span, p uintptr) error {
+	if staleFreeHook != nil {
+		staleFreeHook()
+	}
+	_, bad := smallState(s, p)
+	pcpu.Unpin()
+	if bad != smallLive {
+		return freeFollow(p, nil, 0, smallErr(bad, p))
+	}
+	return freeFollow(p, nil, 0, doubleFree(p)) // a racing free won the CAS
+}
+
+// freeSlotRare is FreeFast's tail when the block has no tally or the P no
+// cache or shard yet (GOMAXPROCS grew): freeSlot's general case. The
+// caller is pinned to P pid; it unpins.
+//
+//go:noinline
+func (h *Heap) freeSlotRare(pid, c int, p, slot uintptr, t *Tally, size, foot uintptr) error {
+	h.freeSlot(pid, c, slot, t, size, foot) // unpins
+	if t != nil && t.follow.Load() != 0 {
+		return freeFollow(p, t, foot, nil)
+	}
+	return nil
+}
+
+// spillHalf unlinks half of the P's list of class c, over its capacity, and
+// returns it for returnSpill. The caller holds pc's guard.
+//
+//go:noinline
+func (pc *pcache) spillHalf(c int) uintptr {
+	l := &pc.lists[c]
+	k := l.n / 2
+	head, tail := l.head, l.head
+	for i := int32(1); i < k; i++ {
+		tail = link(tail)
+	}
+	l.head = link(tail)
+	l.n -= k
+	setLink(tail, 0)
+	return head
+}
+
+// returnSpill gives a list spillHalf took back to the central lists.
+//
+//go:noinline
+func (h *Heap) returnSpill(head uintptr) {
+	h.mu.Lock()
+	h.returnList(head)
+	h.unlock()
+}
+
+func foreign(p uintptr) error    { return fmt.Errorf("%w: %#x", ErrForeign, p) }
+func invalid(p uintptr) error    { return fmt.Errorf("%w: %#x", ErrInvalid, p) }
+func doubleFree(p uintptr) error { return fmt.Errorf("%w: %#x", ErrDoubleFree, p) }

@@ -21,8 +21,10 @@ func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) {
 	// profile and checks the destroyed flag in its pinned section; every
 	// other case, and a destroyed allocator's refusal, takes the general
 	// path. kmp's omp_alloc calls the hot path itself.
-	if p := a.head.Fast.Alloc(size); p != 0 {
-		return cmem.Ptr(p), nil
+	if a.head.Fast.Serves(size) {
+		if p := a.head.Fast.Alloc(size); p != 0 {
+			return cmem.Ptr(p), nil
+		}
 	}
 	return a.alloc(size, 0, false)
 }

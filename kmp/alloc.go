@@ -95,21 +95,24 @@ func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
 	// plain host allocator's head holds the heap's hot path (heap.Fast),
 	// so a cached block costs one frame of the engine.
 	if e := (*handles.Head)(handles.Live(uintptr(a))); e != nil {
-		if p := e.Fast.Alloc(size); p != 0 {
-			return cmem.Ptr(p)
+		if e.Fast.Serves(size) {
+			if p := e.Fast.Alloc(size); p != 0 {
+				return cmem.Ptr(p)
+			}
 		}
+		return allocFrom((*alloc.Allocator)(unsafe.Pointer(e)), size)
 	}
-	return allocGeneral(size, a)
-}
-
-// allocGeneral is Alloc for every case the hot path does not serve.
-//
-//go:noinline
-func allocGeneral(size uintptr, a AllocatorHandle) unsafe.Pointer {
 	al := resolve("omp_alloc", a)
 	if al == nil {
 		return nil
 	}
+	return allocFrom(al, size)
+}
+
+// allocFrom is Alloc for every case the hot path does not serve.
+//
+//go:noinline
+func allocFrom(al *alloc.Allocator, size uintptr) unsafe.Pointer {
 	p, err := al.Alloc(size)
 	report("omp_alloc", err)
 	return p

@@ -25,17 +25,22 @@ type Head struct {
 // Mask takes a handle's number, its index in the table.
 const Mask = 1<<16 - 1
 
-var table atomic.Pointer[[]*Head]
+var (
+	table atomic.Pointer[[]*Head]
+	// entries is the published table as a fixed array of atomic pointers,
+	// one per number, for Live: indexed by the handle's number with no
+	// table load and no bounds check (512 KiB of zero pages but for the
+	// entries set). Publish keeps it equal to table.
+	entries [Mask + 1]atomic.Pointer[Head]
+)
 
 // Live returns the entry of the live allocator with handle h, or nil: for
 // the null handle (entry 0 is always nil), a stale handle (an older
 // generation than its number's entry), a destroyed allocator, and before
 // the table is published. Small enough to inline.
 func Live(h uintptr) unsafe.Pointer {
-	if t := table.Load(); t != nil && uint(h&Mask) < uint(len(*t)) {
-		if e := (*t)[h&Mask]; e != nil && e.Handle == h && !e.Destroyed.Load() {
-			return unsafe.Pointer(e)
-		}
+	if e := entries[h&Mask].Load(); e != nil && e.Handle == h && !e.Destroyed.Load() {
+		return unsafe.Pointer(e)
 	}
 	return nil
 }
@@ -49,6 +54,21 @@ func Table() []*Head {
 	return nil
 }
 
-// Publish makes t the table. t must not be written afterwards, and each of
-// its entries' Handle must be set before.
-func Publish(t []*Head) { table.Store(&t) }
+// Publish makes t the table. t must not be written afterwards, each of its
+// entries' Handle must be set before, and calls must not overlap (alloc
+// holds its table lock). Each changed entry is stored atomically in the
+// array Live reads, after the fields it points at were set, so a reader
+// that loads it sees them (Go's memory model, any architecture).
+func Publish(t []*Head) {
+	old := Table()
+	for i := range max(len(old), len(t)) {
+		var e *Head
+		if i < len(t) {
+			e = t[i]
+		}
+		if i >= len(old) || old[i] != e {
+			entries[i&Mask].Store(e)
+		}
+	}
+	table.Store(&t)
+}

@@ -10,8 +10,8 @@ import (
 // TestLive resolves the handles Live must answer: a live entry, a stale
 // generation, a destroyed one, the null handle, out of range.
 func TestLive(t *testing.T) {
-	old := table.Load()
-	t.Cleanup(func() { table.Store(old) })
+	old := Table()
+	t.Cleanup(func() { Publish(old) })
 
 	live := &Head{Handle: 1024 | 3<<16}
 	dead := &Head{Handle: 1025}
@@ -19,7 +19,7 @@ func TestLive(t *testing.T) {
 	tab := make([]*Head, 1100)
 	tab[1024], tab[1025] = live, dead
 
-	table.Store(nil)
+	Publish(nil)
 	require.Nil(t, Live(live.Handle), "before Publish")
 	Publish(tab)
 	require.Equal(t, unsafe.Pointer(live), Live(live.Handle))

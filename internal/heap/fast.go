@@ -96,10 +96,12 @@ func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr, closed *atom
 	}
 }
 
-// Alloc returns a block of size bytes from the P's cache, counted in the
+// Alloc returns a block of size bytes, for which Serves must be true (the
+// caller checks it, so that a size with no class costs no call), from the
+// P's cache, counted in the
 // owner's tally and counted down to the next heap-profile sample, all in
 // one pinned section; or 0, having done nothing, for every other case
-// (size 0 or past the small classes, nothing cached for the class, a P
+// (nothing cached for the class, the leak check on, a P
 // without a cache or shard yet, the owner closed): the caller's general
 // path then serves it (refill, large blocks, errors, the refusal).
 //
@@ -114,46 +116,58 @@ func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr, closed *atom
 // returns, the owner's live count is final. See ARCHITECTURE.md, "The
 // in-flight protocol".
 func (f *Fast) Alloc(size uintptr) uintptr {
-	if size-1 >= f.limit || hooks.AllocChecks.Load() != 0 { // size 0 wraps
+	if hooks.AllocChecks.Load() != 0 {
 		return 0
 	}
 	e := f.classes[((size+f.off+minAlign-1)>>4)&(classTableLen-1)]
 	c, foot := int(e&0xffff), uintptr(e>>16)
 	h, t := f.h, f.t
-	var p uintptr
-	rare := uint8(0)
 	pid := pcpu.Pin()
 	cs, ts := *h.caches.Load(), *t.shards.Load()
-	if pid < len(cs) && pid < len(ts) && !f.closed.Load() {
-		pc := cs[pid]
-		pc.guard.Lock()
-		l := &pc.lists[c]
-		if slot := l.head; slot != 0 {
-			l.head = link(slot)
-			l.n--
-			if testHooks && FastWindowHook != nil { // a constant false outside the tests' build tag
-				FastWindowHook()
-			}
-			sh := ts[pid]
-			sh.guard.Lock()
-			sh.allocs++
-			sh.bytes += int64(size)
-			sh.foot += int64(foot)
-			trip := sh.bytes > sh.mark+PeakStep+memsample.Bias()
-			sh.guard.Unlock()
-			if trip { // the peak, or the heap profile is on
-				rare = sh.tripped(int64(size))
-			}
-			p = h.handOut(slot, f.off, size, f.owner)
-		}
+	if pid >= len(cs) || pid >= len(ts) || f.closed.Load() {
+		pcpu.Unpin()
+		return 0
+	}
+	pc := cs[pid]
+	pc.guard.Lock()
+	l := &pc.lists[c]
+	slot := l.head
+	if slot == 0 {
 		pc.guard.Unlock()
+		pcpu.Unpin()
+		return 0
 	}
+	l.head = link(slot)
+	l.n--
+	if testHooks && FastWindowHook != nil { // a constant false outside the tests' build tag
+		FastWindowHook()
+	}
+	sh := ts[pid]
+	sh.guard.Lock()
+	sh.allocs++
+	sh.bytes += int64(size)
+	sh.foot += int64(foot)
+	trip := sh.bytes > sh.mark+PeakStep+memsample.Bias()
+	sh.guard.Unlock()
+	p := h.handOut(slot, f.off, size, f.owner)
+	if trip { // the peak, or the heap profile is on
+		rare := sh.tripped(int64(size))
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		if rare != 0 {
+			f.rare(p, size, foot, rare)
+		}
+		return p
+	}
+	pc.guard.Unlock()
 	pcpu.Unpin()
-	if rare != 0 {
-		f.rare(p, size, foot, rare)
-	}
 	return p
 }
+
+// Serves reports whether Alloc may be asked for size bytes: whether the
+// size has a class (not 0, not past the small classes). Alloc must not be
+// called otherwise. Inlines.
+func (f *Fast) Serves(size uintptr) bool { return size-1 < f.limit }
 
 // rare is allocRare for Alloc, out of its frame.
 //
@@ -253,21 +267,42 @@ func FreeFast(p uintptr, mayDefer bool) error {
 	setLink(slot, l.head)
 	l.head = slot
 	l.n++
-	over := l.n > s.cap
-	var spill uintptr
-	if over {
-		spill = pc.spillHalf(c)
+	if l.n > s.cap {
+		return h.freeOver(pc, c, p, t, foot) // unlocks, unpins
 	}
+	pc.guard.Unlock()
+	if t.follow.Load() != 0 {
+		return freeFollowUnpin(p, t, foot) // unpins
+	}
+	pcpu.Unpin() // nothing live across it
+	return nil
+}
+
+// freeOver is FreeFast's tail when the P's list of class c went over its
+// capacity: half of it goes back to the central lists. The caller is
+// pinned and holds pc's guard; freeOver releases both.
+//
+//go:noinline
+func (h *Heap) freeOver(pc *pcache, c int, p uintptr, t *Tally, foot uintptr) error {
+	spill := pc.spillHalf(c)
 	pc.guard.Unlock()
 	fl := t.follow.Load()
 	pcpu.Unpin()
-	if over {
-		h.returnSpill(spill)
-	}
+	h.returnSpill(spill)
 	if fl != 0 {
 		return freeFollow(p, t, foot, nil)
 	}
 	return nil
+}
+
+// freeFollowUnpin unpins, then hands a block whose owner has follow-up
+// flags to FreeFollowHook (which may wait out a grace period: never
+// pinned).
+//
+//go:noinline
+func freeFollowUnpin(p uintptr, t *Tally, foot uintptr) error {
+	pcpu.Unpin()
+	return freeFollow(p, t, foot, nil)
 }
 
 // freeCheck runs FreeCheckHook for FreeFast; a nil p is done.

@@ -30,9 +30,10 @@ func TestFastClassTable(t *testing.T) {
 	}
 }
 
-// TestFastAllocDeclines: Fast.Alloc does nothing and returns 0 for what it
-// leaves to the general path (size 0, a large size, the closed flag set,
-// nothing cached yet), and serves and counts a cached block.
+// TestFastAllocDeclines: Fast serves no size 0 or large size (Serves), and
+// Alloc does nothing and returns 0 for what it leaves to the general path
+// (the closed flag set, nothing cached yet); it serves and counts a cached
+// block.
 func TestFastAllocDeclines(t *testing.T) {
 	h := newTestHeap(t)
 	const owner = 4243
@@ -43,8 +44,9 @@ func TestFastAllocDeclines(t *testing.T) {
 	var f Fast
 	f.Init(h, tl, owner, 16, &closed)
 
-	require.Zero(t, f.Alloc(0), "size 0")
-	require.Zero(t, f.Alloc(maxSmall), "a large size")
+	require.False(t, f.Serves(0), "size 0")
+	require.False(t, f.Serves(maxSmall), "a large size")
+	require.True(t, f.Serves(f.limit))
 	require.Zero(t, f.Alloc(64), "nothing cached yet")
 	require.Zero(t, tl.Sum().Allocs)
 
@@ -74,7 +76,7 @@ func TestFastAllocDeclines(t *testing.T) {
 		require.Zero(t, f.Alloc(64), "closed")
 	}
 	var none Fast
-	require.Zero(t, none.Alloc(64), "the zero Fast serves nothing")
+	require.False(t, none.Serves(64), "the zero Fast serves nothing")
 }
 
 func unwrapAll(err error) error {

@@ -423,7 +423,9 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 // allocators cannot be destroyed. Allocations racing with Destroy (a
 // misuse) either finish before it looks at the live blocks, which it
 // waits for, or fail with ErrDestroyed; the handle is reused only once no
-// operation on the allocator can still run. Blocks still allocated stay valid until
+// operation on the allocator can still run. It waits out a grace period
+// for allocations in flight (a stop-the-world, tens of microseconds: the
+// hot path stores no in-flight mark). Blocks still allocated stay valid until
 // freed; the error (ErrLiveBlocks) says how many there were, and the same
 // report goes through the warning hook (package logging, kind live_blocks;
 // by default a line on stderr), so that it is not lost under

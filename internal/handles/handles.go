@@ -61,13 +61,13 @@ func Table() []*Head {
 // that loads it sees them (Go's memory model, any architecture).
 func Publish(t []*Head) {
 	old := Table()
-	for i := range max(len(old), len(t)) {
+	for i := range min(max(len(old), len(t)), Mask+1) { // no number is above Mask
 		var e *Head
 		if i < len(t) {
 			e = t[i]
 		}
 		if i >= len(old) || old[i] != e {
-			entries[i&Mask].Store(e)
+			entries[i].Store(e)
 		}
 	}
 	table.Store(&t)

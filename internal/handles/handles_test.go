@@ -37,3 +37,18 @@ func TestLive(t *testing.T) {
 	}
 	require.Len(t, Table(), 1100)
 }
+
+// TestPublishLongTable: a table longer than the numbers (alloc doubles its
+// length when it grows) publishes only its numbers' entries; the slots past
+// Mask, always nil, do not clear the entries of the numbers below.
+func TestPublishLongTable(t *testing.T) {
+	old := Table()
+	t.Cleanup(func() { Publish(old) })
+	e := &Head{Handle: 5}
+	tab := make([]*Head, 70000)
+	tab[5] = e
+	Publish(tab)
+	require.Equal(t, unsafe.Pointer(e), Live(5))
+	Publish(append([]*Head(nil), tab...)) // republished whole: still there
+	require.Equal(t, unsafe.Pointer(e), Live(5))
+}

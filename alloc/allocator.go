@@ -81,6 +81,10 @@ type Allocator struct {
 	ptn      *partitionerUse // partition=partitioner: its parts are bound per block
 	poolUsed atomic.Int64
 	shards   shards
+	// quiesced is set by Destroy once its grace period has passed: from
+	// then on no hot-path allocation that missed the destroyed flag can
+	// still be counting, and the last free needs no grace period of its own.
+	quiesced atomic.Bool
 
 	pinFb pinFallback // what to say when a failed pin first falls back
 }
@@ -449,6 +453,9 @@ func (a *Allocator) Destroy() error {
 	// flight (heap.Tally.Enter says why its sum never reads a false zero
 	// once the flag is set).
 	pcpu.Quiesce()
+	// Before InFlight's barrier: a free that reads it unset (releasable)
+	// made its count before the barrier, and the live count below sees it.
+	a.quiesced.Store(true)
 	for a.shards.t.InFlight() != 0 {
 		runtime.Gosched()
 	}
@@ -471,16 +478,16 @@ func (a *Allocator) Destroy() error {
 // began before Destroy is still counting its own.)
 //
 // The first live count only filters: while blocks are live (each free of a
-// destroyed allocator's leftovers asks) it answers without the grace
-// period and InFlight's process-wide barrier. The answer is the second,
-// read after both: the grace period (pcpu.Quiesce) ends every hot-path
-// allocation that read the flag unset (heap.Fast.Alloc), InFlight those of
-// the general path.
+// destroyed allocator's leftovers asks) it answers without InFlight's
+// process-wide barrier. The answer is the second, read after it. A free
+// that comes before Destroy's grace period has passed (quiesced unset)
+// answers false: a hot-path allocation that missed the flag may still be
+// counting; Destroy, whose barrier follows its store of quiesced, then sees
+// this free's count and releases the allocator itself.
 func (a *Allocator) releasable() bool {
-	if !a.head.Destroyed.Load() || a.shards.live() != 0 {
+	if !a.head.Destroyed.Load() || a.shards.live() != 0 || !a.quiesced.Load() {
 		return false
 	}
-	pcpu.Quiesce()
 	return a.shards.t.InFlight() == 0 && a.shards.live() == 0
 }
 

@@ -190,9 +190,9 @@ func TestDestroyRacingFastAlloc(t *testing.T) {
 	setReuseDelay(t, 0)
 	old := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
-	rounds := 100
+	rounds := 50
 	if testing.Short() {
-		rounds = 20
+		rounds = 10
 	}
 	for _, procs := range []int{1, 2, 4, 8, 16, 64} {
 		runtime.GOMAXPROCS(procs)

@@ -168,7 +168,7 @@ func (q *Queue) Record() (*Event, error) {
 	}
 	var ev uintptr
 	if err := q.d.withCtx("cuEventCreate", func() result {
-		return call(drv.cuEventCreate, uintptr(unsafe.Pointer(&ev)), cuEventDisableTiming)
+		return call(drv.cuEventCreate, uintptr(unsafe.Pointer(&ev)), q.d.eventFlags(false))
 	}); err != nil {
 		return nil, err
 	}

@@ -69,6 +69,16 @@ func TestSchedFlagsChild(t *testing.T) {
 		require.Equal(t, flags, uint32(call(hookFn(t, "fakecuda_last_event_flags"))), "the flags of an event (timing %v)", timing)
 		require.NoError(t, ev.Destroy())
 	}
+	// A queue's own event (Queue.Record: the tail a failed synchronize
+	// leaves for Close to wait on) takes the same flags as a non-timing one.
+	qi, err := d.NewQueue()
+	require.NoError(t, err)
+	q := qi.(*Queue)
+	ev, err := q.Record()
+	require.NoError(t, err)
+	require.Equal(t, blocking|cuEventDisableTiming, uint32(call(hookFn(t, "fakecuda_last_event_flags"))), "the flags of a queue's event")
+	require.NoError(t, ev.Destroy())
+	require.NoError(t, q.Destroy())
 	require.NoError(t, d.Close())
 	require.NoError(t, p.devices[1].Close())
 }

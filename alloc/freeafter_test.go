@@ -13,13 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/internal/hooks"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -51,7 +50,7 @@ func holdDeviceWork(t *testing.T, plug string) (open func()) {
 	if plug == "amdgpu" {
 		lib, setName, gate = os.Getenv("OMPALLOC_HSA_LIBRARY"), "fakehsa_gate", "copy"
 	}
-	l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{lib}})
+	l, err := dl.Open(dl.Spec{Name: "fake driver", Candidates: []string{lib}})
 	require.NoError(t, err)
 	set, err := l.Sym(setName)
 	require.NoError(t, err)
@@ -80,9 +79,9 @@ func TestFreeAfterChild(t *testing.T) {
 			a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, a.Destroy()) }()
-			dev, err := d.Alloc(plugin.MemDevice, n)
+			dev, err := d.Alloc(target.MemDevice, n)
 			require.NoError(t, err)
-			defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+			defer func() { require.NoError(t, d.Free(target.MemDevice, dev)) }()
 			q, err := d.NewQueue()
 			require.NoError(t, err)
 			defer func() { require.NoError(t, q.Close()) }()
@@ -164,7 +163,7 @@ func TestFreeAfterChild(t *testing.T) {
 					xs[i] = float32(i)
 				}
 				open := holdDeviceWork(t, d.Plugin())
-				arr, err := target.ArrayOf[float32](target.Memory{Device: d, Kind: plugin.MemDevice, Addr: dev, Size: n})
+				arr, err := target.ArrayOf[float32](target.Memory{Device: d, Kind: target.MemDevice, Addr: dev, Size: n})
 				require.NoError(t, err)
 				require.NoError(t, target.CopyToDevice(arr, xs, q))
 				n0 := a.Stats().BlocksLive
@@ -240,7 +239,7 @@ func TestFreeAfterChild(t *testing.T) {
 		require.NoError(t, err)
 		p, err := a.Alloc(n)
 		require.NoError(t, err)
-		dev, err := d.Alloc(plugin.MemDevice, n)
+		dev, err := d.Alloc(target.MemDevice, n)
 		require.NoError(t, err)
 		q, err := d.NewQueue()
 		require.NoError(t, err)
@@ -288,9 +287,9 @@ func TestFreeAfterCrossDeviceChild(t *testing.T) {
 	a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d0.ID))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, a.Destroy()) }()
-	dev, err := d1.Alloc(plugin.MemDevice, n)
+	dev, err := d1.Alloc(target.MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d1.Free(plugin.MemDevice, dev)) }()
+	defer func() { require.NoError(t, d1.Free(target.MemDevice, dev)) }()
 	q, err := d1.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
@@ -65,7 +65,7 @@ func TestPinnedChunksAskForHugePages(t *testing.T) {
 // default policy.
 func TestPlaceNearDevice(t *testing.T) {
 	needMempolicy(t)
-	lc, err := loader.C()
+	lc, err := dl.C()
 	require.NoError(t, err)
 	n0 := numa.System().IDs()[0]
 	for _, c := range []struct {

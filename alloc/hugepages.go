@@ -6,11 +6,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // HugePageMode says which pages pinned chunks and huge pinned regions get.
@@ -125,7 +125,7 @@ func (s *pinSource) RegionSize(n uintptr) uintptr {
 // mapPages maps a pinned chunk or region of n bytes aligned to align, the
 // first lockN of them to be locked: in hugetlb pages when asked for and
 // had, else in normal pages (adviseHuge then asks for THP).
-func (s *pinSource) mapPages(c *loader.LibC, n, align, lockN uintptr) (uintptr, error) {
+func (s *pinSource) mapPages(c *dl.LibC, n, align, lockN uintptr) (uintptr, error) {
 	// A chunk locked only in part (under the pinned-bytes limit) stays on
 	// normal pages: hugetlb would pin 2 MiB units the limit does not allow.
 	// So does a region sized before a switch to hugetlb (not 2 MiB whole).
@@ -164,7 +164,7 @@ func (s *pinSource) hugeTLBFellBack(n uintptr, err error) {
 }
 
 // unmapPages unmaps what mapPages mapped.
-func unmapPages(c *loader.LibC, p, n uintptr) error {
+func unmapPages(c *dl.LibC, p, n uintptr) error {
 	tlb.mu.Lock()
 	m, ok := tlb.maps[p]
 	if !ok {

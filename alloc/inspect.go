@@ -7,7 +7,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/target"
 )
 
 // BlockInfo describes a live block: what Inspect and InspectSlice return.
@@ -36,7 +36,7 @@ func Inspect(p unsafe.Pointer) (BlockInfo, error) {
 			if v, ok := targetBlocks.Load(uintptr(p)); ok {
 				tb := v.(targetBlock)
 				return BlockInfo{Allocator: tb.a, Size: tb.size,
-					Pinned: tb.kind == plugin.MemHost && !tb.dev.IsHost()}, nil
+					Pinned: tb.kind == target.MemHost && !tb.dev.IsHost()}, nil
 			}
 		}
 		return BlockInfo{}, opPointerError("Inspect", p, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/cgroup"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
@@ -16,7 +17,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -195,7 +195,7 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 	if err := pinLimit.reserve(lockN, s.dev); err != nil {
 		return 0, pinFailure{err, s.heap}
 	}
-	c, err := loader.C()
+	c, err := dl.C()
 	if err == nil {
 		err = fault.Check(fault.PinMap)
 	}
@@ -281,7 +281,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 			return uerr
 		}
 	}
-	c, err := loader.C()
+	c, err := dl.C()
 	if err == nil {
 		err = unmapPages(c, p, n)
 	}

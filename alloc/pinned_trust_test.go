@@ -159,7 +159,7 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 }
 
 // Issue 9, item 3: a chunk whose unlock the device refuses, keeping it
-// locked (munlock at vm.max_map_count: target/host.TestMapCount), stays
+// locked (munlock at vm.max_map_count: internal/plugin/host.TestMapCount), stays
 // locked, registered, mapped and counted, in Stats and the limit alike, and
 // the next Trim releases it.
 func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -72,13 +72,13 @@ func TestTrimOnePoolChild(t *testing.T) {
 	// locks (HSA) of host memory: the GPU pool's chunks.
 	var registered func() int
 	if plug == "cuda" {
-		l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
+		l, err := dl.Open(dl.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
 		require.NoError(t, err)
 		live, err := l.Sym("fakecuda_live")
 		require.NoError(t, err)
 		registered = func() int { return int(int32(dlcall.Call(live, 3))) }
 	} else {
-		l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
+		l, err := dl.Open(dl.Spec{Name: "fake driver", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
 		require.NoError(t, err)
 		count, err := l.Sym("fakehsa_count")
 		require.NoError(t, err)

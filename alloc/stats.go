@@ -6,7 +6,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Stats describes one allocator's own use: the blocks it served. A block
@@ -87,7 +86,7 @@ func (a *Allocator) failed(p unsafe.Pointer, err error) (unsafe.Pointer, error) 
 // pinnedMemory reports whether the allocator's blocks are page-locked.
 func (a *Allocator) pinnedMemory() bool {
 	if a.target != nil {
-		if a.target.kind != plugin.MemHost {
+		if a.target.kind != target.MemHost {
 			return false
 		}
 		dev := a.target.dev

@@ -8,7 +8,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -23,14 +22,14 @@ import (
 // the bytes it hands out. Device memory is not host-accessible, so these
 // blocks carry no header; a map finds them.
 type targetBackend struct {
-	kind plugin.MemKind
+	kind target.MemKind
 	dev  int // -1: the default device at allocation time
 }
 
 type targetBlock struct {
 	a      *Allocator
 	dev    *target.Device
-	kind   plugin.MemKind
+	kind   target.MemKind
 	size   uintptr
 	base   uintptr // what the driver returned: below the block when it was aligned up
 	charge int64   // what the block took from the allocator's pool_size (0 without one)
@@ -40,7 +39,7 @@ type targetBlock struct {
 // targetAllocOn allocates n bytes of kind on d: device memory of a GPU
 // from its caching pool (a miss asks the driver and fails as it does),
 // the rest from the driver.
-func targetAllocOn(d *target.Device, kind plugin.MemKind, n uintptr, pooled bool) (uintptr, error) {
+func targetAllocOn(d *target.Device, kind target.MemKind, n uintptr, pooled bool) (uintptr, error) {
 	if pooled {
 		return d.PoolAlloc(n, nil)
 	}
@@ -48,7 +47,7 @@ func targetAllocOn(d *target.Device, kind plugin.MemKind, n uintptr, pooled bool
 }
 
 // targetFreeOn returns what targetAllocOn returned.
-func targetFreeOn(d *target.Device, kind plugin.MemKind, p uintptr, pooled bool) error {
+func targetFreeOn(d *target.Device, kind target.MemKind, p uintptr, pooled bool) error {
 	if pooled {
 		return d.PoolFree(p, nil)
 	}
@@ -61,11 +60,11 @@ func newTargetBackend(ms memspace.ID, set traits.Set) (*targetBackend, error) {
 	tb := &targetBackend{dev: set.PreferredDevice}
 	switch ms {
 	case memspace.TargetHost:
-		tb.kind = plugin.MemHost
+		tb.kind = target.MemHost
 	case memspace.TargetShared:
-		tb.kind = plugin.MemShared
+		tb.kind = target.MemShared
 	case memspace.TargetDevice:
-		tb.kind = plugin.MemDevice
+		tb.kind = target.MemDevice
 	default:
 		return nil, fmt.Errorf("new allocator: %w: %v is not a target memory space", ErrInvalidArgument, ms)
 	}
@@ -89,10 +88,10 @@ func (tb *targetBackend) alloc(a *Allocator, size, align uintptr, zero bool) (un
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w: %w", a, ErrDevice, err)
 	}
-	if zero && tb.kind == plugin.MemDevice && !d.IsHost() {
+	if zero && tb.kind == target.MemDevice && !d.IsHost() {
 		return nil, fmt.Errorf("%v: %w: zeroed device memory", a, ErrNotSupported)
 	}
-	pooled := tb.kind == plugin.MemDevice && !d.IsHost()
+	pooled := tb.kind == target.MemDevice && !d.IsHost()
 	base, err := targetAllocOn(d, tb.kind, size, pooled)
 	if err != nil {
 		return nil, fmt.Errorf("%v: %w: %w", a, ErrDevice, err)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 )
@@ -49,7 +49,7 @@ func fakeGate(t *testing.T, plug string) gateHooks {
 	if plug == "amdgpu" {
 		lib, fn, setName, countName = os.Getenv("OMPALLOC_HSA_LIBRARY"), "hsa_amd_memory_unlock", "fakehsa_gate", "fakehsa_count"
 	}
-	l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{lib}})
+	l, err := dl.Open(dl.Spec{Name: "fake driver", Candidates: []string{lib}})
 	require.NoError(t, err)
 	set, err := l.Sym(setName)
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 			}
 			// Through the device's registry: a lock of another range, and a
 			// pinned block needing a new region (HoldMem), do not wait either.
-			buf, err := loader.C()
+			buf, err := dl.C()
 			require.NoError(t, err)
 			other, err := buf.Map(1 << 16)
 			require.NoError(t, err)

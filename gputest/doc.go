@@ -8,7 +8,7 @@
 //	func TestUpload(t *testing.T) {
 //		fake := gputest.New(t, gputest.CUDA(2))
 //		d := fake.Devices()[0]
-//		arr, err := target.AllocArray[float32](d, plugin.MemDevice, 1024)
+//		arr, err := target.AllocArray[float32](d, target.MemDevice, 1024)
 //		...
 //	}
 //

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 31 item 4: a driver's error reaches the user saying each thing
@@ -38,10 +37,10 @@ func TestDriverErrorsSayEachThingOnce(t *testing.T) {
 				require.Contains(t, msg, fn+": "+tc.code)
 			}
 			fake.Fail(t, tc.alloc, 1)
-			_, err := target.AllocArray[byte](d, plugin.MemDevice, 4096)
+			_, err := target.AllocArray[byte](d, target.MemDevice, 4096)
 			check(err, "alloc of 4096 bytes of device memory", tc.alloc)
 
-			a, err := target.AllocArray[byte](d, plugin.MemDevice, 1<<18)
+			a, err := target.AllocArray[byte](d, target.MemDevice, 1<<18)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, a.Free()) }()
 			q, err := d.NewQueue()

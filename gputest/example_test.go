@@ -6,7 +6,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/gputest"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // A test binary sets the fake up once, before anything touches a device:
@@ -20,7 +19,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	for _, d := range fake.Devices() {
-		arr, err := target.AllocArray[float32](d, plugin.MemDevice, 4)
+		arr, err := target.AllocArray[float32](d, target.MemDevice, 4)
 		if err != nil {
 			log.Fatal(err)
 		}

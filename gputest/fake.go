@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -149,7 +149,7 @@ func build(name string, hooks ...string) (string, map[string]uintptr, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("gputest: building the fake %s: %w", name, err)
 	}
-	l, err := loader.Open(loader.Spec{Name: "fake driver " + name, Candidates: []string{lib}})
+	l, err := dl.Open(dl.Spec{Name: "fake driver " + name, Candidates: []string{lib}})
 	if err != nil {
 		return "", nil, fmt.Errorf("gputest: %w", err)
 	}

@@ -11,10 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // inChild runs test name of this binary in a child process with env and
@@ -62,7 +61,7 @@ func TestRoundTripAndCounts(t *testing.T) {
 		t.Run(d.String(), func(t *testing.T) {
 			before := fake.Counts()
 			src := []float32{1, 2, 3, 4, 5}
-			arr, err := target.AllocArray[float32](d, plugin.MemDevice, 1<<18)
+			arr, err := target.AllocArray[float32](d, target.MemDevice, 1<<18)
 			require.NoError(t, err)
 			during := fake.Counts()
 			require.Equal(t, before.DeviceAllocs+1, during.DeviceAllocs)
@@ -92,21 +91,21 @@ func TestFail(t *testing.T) {
 	ds := fake.Devices()
 	t.Run("cuda", func(t *testing.T) {
 		fake.Fail(t, "cuMemAlloc_v2", 2)
-		a, err := target.AllocArray[byte](ds[0], plugin.MemDevice, 4096)
+		a, err := target.AllocArray[byte](ds[0], target.MemDevice, 4096)
 		require.NoError(t, err, "the first call passes")
-		_, err = target.AllocArray[byte](ds[0], plugin.MemDevice, 4096)
+		_, err = target.AllocArray[byte](ds[0], target.MemDevice, 4096)
 		require.ErrorContains(t, err, "CUDA_ERROR_UNKNOWN")
 		require.NoError(t, a.Free())
 	})
 	t.Run("hsa", func(t *testing.T) {
 		fake.Fail(t, "hsa_amd_memory_pool_allocate", 0)
-		_, err := target.AllocArray[byte](ds[2], plugin.MemDevice, 4096)
+		_, err := target.AllocArray[byte](ds[2], target.MemDevice, 4096)
 		require.ErrorContains(t, err, "HSA_STATUS_ERROR_OUT_OF_RESOURCES")
 	})
 	require.Empty(t, os.Getenv("FAKECUDA_FAIL"), "undone at the subtest's end")
 	require.Empty(t, os.Getenv("FAKEHSA_FAIL"))
 	for _, d := range []*target.Device{ds[0], ds[2]} {
-		a, err := target.AllocArray[byte](d, plugin.MemDevice, 4096)
+		a, err := target.AllocArray[byte](d, target.MemDevice, 4096)
 		require.NoError(t, err, "%v works again", d)
 		require.NoError(t, a.Free())
 	}
@@ -129,7 +128,7 @@ func TestHold(t *testing.T) {
 			q, err := d.NewQueue()
 			require.NoError(t, err)
 			defer func() { require.NoError(t, q.Close()) }()
-			arr, err := target.AllocArray[byte](d, plugin.MemDevice, 1<<16)
+			arr, err := target.AllocArray[byte](d, target.MemDevice, 1<<16)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, arr.Free()) }()
 			src := make([]byte, 1<<16)
@@ -153,7 +152,7 @@ func TestHold(t *testing.T) {
 func TestLeakCheck(t *testing.T) {
 	fake := New(t, CUDA(2), HSA(1))
 	d := fake.Devices()[0]
-	leak, err := target.AllocArray[byte](d, plugin.MemDevice, 1<<20)
+	leak, err := target.AllocArray[byte](d, target.MemDevice, 1<<20)
 	require.NoError(t, err)
 	rec := &recorder{}
 	fake.check(rec, false)
@@ -178,7 +177,7 @@ func TestLeakCheck(t *testing.T) {
 func TestMisuseCheck(t *testing.T) {
 	fake := New(t, CUDA(2), HSA(1))
 	before := fake.Counts().Misuse
-	l, err := loader.Open(loader.Spec{Name: "fake hsa", Candidates: []string{fake.p.hsaLib}})
+	l, err := dl.Open(dl.Spec{Name: "fake hsa", Candidates: []string{fake.p.hsaLib}})
 	require.NoError(t, err)
 	unlock, err := l.Sym("hsa_amd_memory_unlock")
 	require.NoError(t, err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/memprof"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 31 item 2: ompalloc's device-memory figures, checked against the
@@ -30,7 +29,7 @@ func TestMemoryStatsMatchTheDriver(t *testing.T) {
 			before := d.MemoryStats()
 			require.Equal(t, fake.Counts().DeviceBytes[i], before.Reserved, "nothing of ompalloc's but what it reports")
 
-			direct, err := target.AllocArray[byte](d, plugin.MemDevice, 3<<20)
+			direct, err := target.AllocArray[byte](d, target.MemDevice, 3<<20)
 			require.NoError(t, err)
 			pooled, err := d.PoolAlloc(1<<20, nil)
 			require.NoError(t, err)
@@ -59,7 +58,7 @@ func TestMemoryStatsMatchTheDriver(t *testing.T) {
 			require.Equal(t, before.Allocated, d.MemoryStats().PeakAllocated, "reset: the peak is the current figure")
 
 			// A second free of device memory says so.
-			again, err := target.AllocArray[byte](d, plugin.MemDevice, 4096)
+			again, err := target.AllocArray[byte](d, target.MemDevice, 4096)
 			require.NoError(t, err)
 			require.NoError(t, again.Free())
 			err = again.Free()
@@ -102,14 +101,14 @@ func TestMemoryTimeline(t *testing.T) {
 	t.Cleanup(func() { target.RecordMemoryHistory(0) })
 	d := fake.Devices()[1]
 	base := d.MemoryStats().Allocated
-	a, err := target.AllocArray[float32](d, plugin.MemDevice, 1<<18)
+	a, err := target.AllocArray[float32](d, target.MemDevice, 1<<18)
 	require.NoError(t, err)
 	p, err := d.PoolAlloc(1<<20, nil)
 	require.NoError(t, err)
 	require.NoError(t, d.PoolFree(p, nil))
 	require.NoError(t, a.Free())
 	target.RecordMemoryHistory(0)
-	one, err := target.AllocArray[byte](d, plugin.MemDevice, 1) // not recorded
+	one, err := target.AllocArray[byte](d, target.MemDevice, 1) // not recorded
 	require.NoError(t, err)
 	require.NoError(t, one.Free())
 	ev := target.MemoryHistory()

@@ -9,11 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 21 item 4: omp_target_alloc, llvm_omp_target_alloc_device and
@@ -70,7 +69,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 	var driverAllocs, live, blocks func() int
 	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
 	if driver == "cuda" {
-		l, err := loader.Open(loader.Spec{Name: "fake CUDA driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
+		l, err := dl.Open(dl.Spec{Name: "fake CUDA driver", Candidates: []string{os.Getenv("OMPALLOC_CUDA_LIBRARY")}})
 		require.NoError(t, err)
 		calls, err := l.Sym("fakecuda_calls")
 		require.NoError(t, err)
@@ -84,7 +83,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 			blocks = func() int { return int(int32(dlcall.Call(lv, 5))) } // 5: blocks pools hold
 		}
 	} else {
-		l, err := loader.Open(loader.Spec{Name: "fake HSA runtime", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
+		l, err := dl.Open(dl.Spec{Name: "fake HSA runtime", Candidates: []string{os.Getenv("OMPALLOC_HSA_LIBRARY")}})
 		require.NoError(t, err)
 		count, err := l.Sym("fakehsa_count")
 		require.NoError(t, err)
@@ -165,7 +164,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 
 	t.Run("omp_target_free of a block the pool did not hand out reaches the driver", func(t *testing.T) {
 		live0 := live()
-		p, err := d.Alloc(plugin.MemDevice, 4096)
+		p, err := d.Alloc(target.MemDevice, 4096)
 		require.NoError(t, err)
 		require.Equal(t, live0+1, live())
 		TargetFree(cmem.Ptr(p), 0)

@@ -9,7 +9,6 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // The target part of omp.h and LLVM's extensions. Devices are numbered as
@@ -102,7 +101,7 @@ func TargetUnlockMem(ptr unsafe.Pointer, device int) {
 	}
 }
 
-func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsafe.Pointer {
+func targetAlloc(fn string, kind target.MemKind, size uintptr, device int) unsafe.Pointer {
 	d := lookupDevice(fn, device)
 	if d == nil {
 		return nil
@@ -113,7 +112,7 @@ func targetAlloc(fn string, kind plugin.MemKind, size uintptr, device int) unsaf
 	}
 	var p uintptr
 	var err error
-	if kind == plugin.MemDevice && !d.IsHost() {
+	if kind == target.MemDevice && !d.IsHost() {
 		// Device memory comes from the device's caching pool (CUDA's
 		// stream-ordered allocator where the GPU has memory pools, else a
 		// size-class cache): it saves the cuMemAlloc/
@@ -142,7 +141,7 @@ type targetKey struct {
 
 // targetFree frees ptr; kind < 0 accepts any kind (omp_target_free). A nil
 // ptr does nothing, as free(NULL).
-func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) {
+func targetFree(fn string, kind target.MemKind, ptr unsafe.Pointer, device int) {
 	if ptr == nil {
 		if _, err := deviceNum(device); err != nil {
 			warnf("%s: %v", fn, err) // as for any pointer
@@ -154,7 +153,7 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 		return
 	}
 	p := uintptr(ptr)
-	if (kind < 0 || kind == plugin.MemDevice) && d.PoolFree(p, nil) == nil {
+	if (kind < 0 || kind == target.MemDevice) && d.PoolFree(p, nil) == nil {
 		// A block of the device's pool goes back to it. PoolFree refuses
 		// (and changes nothing for) any pointer the pool did not hand
 		// out: those reach the driver below, as before.
@@ -181,7 +180,7 @@ func targetFree(fn string, kind plugin.MemKind, ptr unsafe.Pointer, device int) 
 // (target.Device.PoolAlloc): TargetFree returns it there, and
 // target.Device.TrimPool gives cached blocks back to the driver.
 func TargetAlloc(size uintptr, device int) unsafe.Pointer {
-	return targetAlloc("omp_target_alloc", plugin.MemDevice, size, device)
+	return targetAlloc("omp_target_alloc", target.MemDevice, size, device)
 }
 
 // TargetFree is omp_target_free: it frees memory from any of the
@@ -191,34 +190,34 @@ func TargetFree(ptr unsafe.Pointer, device int) { targetFree("omp_target_free", 
 // TargetAllocHost is llvm_omp_target_alloc_host: pinned host memory the
 // device can access (mlock'ed on the initial device), registered as pinned.
 func TargetAllocHost(size uintptr, device int) unsafe.Pointer {
-	return targetAlloc("llvm_omp_target_alloc_host", plugin.MemHost, size, device)
+	return targetAlloc("llvm_omp_target_alloc_host", target.MemHost, size, device)
 }
 
 // TargetFreeHost is llvm_omp_target_free_host.
 func TargetFreeHost(ptr unsafe.Pointer, device int) {
-	targetFree("llvm_omp_target_free_host", plugin.MemHost, ptr, device)
+	targetFree("llvm_omp_target_free_host", target.MemHost, ptr, device)
 }
 
 // TargetAllocShared is llvm_omp_target_alloc_shared: memory that migrates
 // between host and device.
 func TargetAllocShared(size uintptr, device int) unsafe.Pointer {
-	return targetAlloc("llvm_omp_target_alloc_shared", plugin.MemShared, size, device)
+	return targetAlloc("llvm_omp_target_alloc_shared", target.MemShared, size, device)
 }
 
 // TargetFreeShared is llvm_omp_target_free_shared.
 func TargetFreeShared(ptr unsafe.Pointer, device int) {
-	targetFree("llvm_omp_target_free_shared", plugin.MemShared, ptr, device)
+	targetFree("llvm_omp_target_free_shared", target.MemShared, ptr, device)
 }
 
 // TargetAllocDevice is llvm_omp_target_alloc_device: device memory from
 // the device's caching pool, as TargetAlloc.
 func TargetAllocDevice(size uintptr, device int) unsafe.Pointer {
-	return targetAlloc("llvm_omp_target_alloc_device", plugin.MemDevice, size, device)
+	return targetAlloc("llvm_omp_target_alloc_device", target.MemDevice, size, device)
 }
 
 // TargetFreeDevice is llvm_omp_target_free_device.
 func TargetFreeDevice(ptr unsafe.Pointer, device int) {
-	targetFree("llvm_omp_target_free_device", plugin.MemDevice, ptr, device)
+	targetFree("llvm_omp_target_free_device", target.MemDevice, ptr, device)
 }
 
 // TargetMemcpy is omp_target_memcpy: it copies length bytes from src +

@@ -14,8 +14,8 @@ import (
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // targetWarnings runs f and returns the warning lines it wrote.
@@ -43,7 +43,7 @@ func vmLckKB(t *testing.T) int {
 // pages maps n fresh pages of host memory for the test.
 func pages(t *testing.T, n int) unsafe.Pointer {
 	t.Helper()
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	size := uintptr(n * os.Getpagesize())
 	p, err := c.Map(size)

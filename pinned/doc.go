@@ -26,5 +26,5 @@
 // unlock of it is ErrNotLocked naming its owner.
 //
 // Locker and External are what a device plugin implements for the
-// registry (target/plugin.Impl satisfies Locker).
+// registry (internal/plugin.Impl satisfies Locker).
 package pinned

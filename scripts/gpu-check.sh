@@ -23,7 +23,7 @@
 # each from an empty directory (alloc's with OMP_DEFAULT_DEVICE=initial:
 # its tests take the default device for the host, whose pinning is mlock and
 # shows in VmLck; the GPU stays device 0 for the tests that address it):
-#   - the test binaries (target/cuda's real-driver test, target, kmp, alloc,
+#   - the test binaries (internal/plugin/cuda's real-driver test, target, kmp, alloc,
 #     internal/pinreg (the registry), loader, internal/fakedrv; tests that need a C compiler to build
 #     the fake drivers skip, saying so): OUT/tests.log, one line per package;
 #   - `ompalloc info --json`: OUT/info.json;
@@ -74,7 +74,7 @@ cmd=${1:-}
 dir=${2:-.gpu}
 
 # The packages whose tests go into the bundle.
-pkgs=(target/cuda target kmp alloc internal/pinreg loader internal/fakedrv)
+pkgs=(internal/plugin/cuda target kmp alloc internal/pinreg internal/dl internal/fakedrv)
 
 case $cmd in
 build)

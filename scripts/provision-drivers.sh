@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # provision-drivers.sh [DIR] [ARCH] — make the real GPU driver libraries
 # available on a machine without a GPU, for the integration tests
-# (target/cuda real_test.go, target/amdgpu):
+# (internal/plugin/cuda real_test.go, internal/plugin/amdgpu):
 #   - NVIDIA: Debian's libcuda1 (non-free) is downloaded and unpacked into DIR,
 #     never installed (its dependencies want kernel modules). A private apt
 #     configuration under DIR/apt fetches the non-free index only, so the

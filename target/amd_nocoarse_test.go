@@ -9,8 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/amdgpu"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin/amdgpu"
 )
 
 const noCoarseChildEnv = "OMPALLOC_TARGET_NOCOARSE_CHILD"
@@ -43,17 +42,17 @@ func TestAMDWithoutCoarsePoolChild(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "amdgpu", d1.Plugin())
 	const n = 5<<20 + 123 // more than one 4 MiB bounce chunk
-	v, err := d0.Alloc(plugin.MemDevice, n)
+	v, err := d0.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d0.Free(plugin.MemDevice, v)) })
-	_, err = d1.Alloc(plugin.MemDevice, n)
+	t.Cleanup(func() { require.NoError(t, d0.Free(MemDevice, v)) })
+	_, err = d1.Alloc(MemDevice, n)
 	require.Error(t, err, "GPU 1 has no VRAM to allocate from")
 	_, err = d0.LockMem(v+4096, 4096)
 	require.ErrorIs(t, err, amdgpu.ErrDeviceMemory, "llvm_omp_target_lock_mem of VRAM (item 6)")
 	// GPU 1's memory: host memory of an HSA pool, allocated through it.
-	h1, err := d1.Alloc(plugin.MemHost, n)
+	h1, err := d1.Alloc(MemHost, n)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d1.Free(plugin.MemHost, h1)) })
+	t.Cleanup(func() { require.NoError(t, d1.Free(MemHost, h1)) })
 
 	src := hostMem(t, n)
 	fill(src, n, 19)

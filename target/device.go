@@ -8,7 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // Errors of the generic layer; test with errors.Is.
@@ -41,10 +41,10 @@ type Device struct {
 	mapMode pinreg.MapMode
 
 	infoOnce sync.Once
-	info     plugin.Info
+	info     Info
 
 	amu    sync.Mutex
-	allocs map[uintptr]plugin.MemKind // what Alloc returned and Free has not taken back
+	allocs map[uintptr]MemKind // what Alloc returned and Free has not taken back
 
 	closed atomic.Bool
 	opened atomic.Bool // usable found the device open once (IsPinned asks only open devices)
@@ -60,13 +60,13 @@ func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg Stagi
 		pool:    newStagingPool(impl, cfg),
 		devpool: newDevPool(),
 		mapMode: mode,
-		allocs:  map[uintptr]plugin.MemKind{},
+		allocs:  map[uintptr]MemKind{},
 		queues:  map[*Queue]struct{}{},
 	}
 }
 
 // Info describes the device. It is read from the plugin once.
-func (d *Device) Info() plugin.Info {
+func (d *Device) Info() Info {
 	d.infoOnce.Do(func() { d.info = d.impl.Info() })
 	return d.info
 }
@@ -117,9 +117,9 @@ func (d *Device) usable() error {
 // operation with that same error, while the other devices work.
 func (d *Device) Open() error { return d.usable() }
 
-func checkKind(kind plugin.MemKind) error {
+func checkKind(kind MemKind) error {
 	switch kind {
-	case plugin.MemDevice, plugin.MemHost, plugin.MemShared:
+	case MemDevice, MemHost, MemShared:
 		return nil
 	}
 	return fmt.Errorf("memory kind %d: %w", int(kind), ErrInvalidArgument)
@@ -128,7 +128,7 @@ func checkKind(kind plugin.MemKind) error {
 // Alloc allocates n bytes of the given kind on d. Host-pinned memory is
 // registered in the device's registry, so transfers from it take the pinned
 // path and locks inside it only count references.
-func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
+func (d *Device) Alloc(kind MemKind, n uintptr) (uintptr, error) {
 	if err := d.usable(); err != nil {
 		return 0, err
 	}
@@ -142,7 +142,7 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("device %d: alloc of %d bytes of %s memory: %w", d.ID, n, kind, plugin.Cause(err))
 	}
-	if kind == plugin.MemHost {
+	if kind == MemHost {
 		if err := d.reg.Register(p, d.devicePointer(p, n), n); err != nil {
 			_ = d.impl.Free(kind, p)
 			return 0, fmt.Errorf("device %d: register %d bytes of host memory at %#x: %w", d.ID, n, p, err)
@@ -151,7 +151,7 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	d.amu.Lock()
 	d.allocs[p] = kind
 	d.amu.Unlock()
-	if kind == plugin.MemDevice {
+	if kind == MemDevice {
 		d.memAlloc(p, n, pathDirect)
 	}
 	return p, nil
@@ -159,7 +159,7 @@ func (d *Device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 
 // Kind reports the kind of memory Alloc returned at p, if it did and the
 // memory was not freed.
-func (d *Device) Kind(p uintptr) (plugin.MemKind, bool) {
+func (d *Device) Kind(p uintptr) (MemKind, bool) {
 	d.amu.Lock()
 	defer d.amu.Unlock()
 	k, ok := d.allocs[p]
@@ -179,7 +179,7 @@ func (d *Device) devicePointer(p, n uintptr) uintptr {
 
 // Free releases memory Alloc returned with the same kind. Host-pinned
 // memory still locked by someone (LockMem inside it) is not freed.
-func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
+func (d *Device) Free(kind MemKind, p uintptr) error {
 	if err := d.usable(); err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
 		return fmt.Errorf("device %d: free of a nil %s pointer: %w", d.ID, kind, ErrInvalidArgument)
 	}
 	size, allocated, err := d.free(kind, p)
-	if err == nil && kind == plugin.MemDevice && recording.Load() {
+	if err == nil && kind == MemDevice && recording.Load() {
 		d.record(p, size, pathDirect, false, allocated) // outside amu: it asks the pool
 	}
 	return err
@@ -198,18 +198,18 @@ func (d *Device) Free(kind plugin.MemKind, p uintptr) error {
 
 // free is Free under amu; for device memory it returns the block's size
 // and the device's allocated bytes after it.
-func (d *Device) free(kind plugin.MemKind, p uintptr) (size uintptr, allocated uint64, err error) {
+func (d *Device) free(kind MemKind, p uintptr) (size uintptr, allocated uint64, err error) {
 	d.amu.Lock()
 	defer d.amu.Unlock()
 	switch k, ok := d.allocs[p]; {
-	case !ok && kind == plugin.MemDevice && d.mem.wasFreed(p, pathDirect):
+	case !ok && kind == MemDevice && d.mem.wasFreed(p, pathDirect):
 		return 0, 0, doubleFree(d.ID, p, "device memory")
 	case !ok:
 		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w: not allocated by this device", d.ID, kind, p, ErrInvalidArgument)
 	case k != kind:
 		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w: it was allocated as %s memory", d.ID, kind, p, ErrInvalidArgument, k)
 	}
-	if kind == plugin.MemHost {
+	if kind == MemHost {
 		if err := d.reg.Unregister(p); err != nil {
 			return 0, 0, fmt.Errorf("device %d: free of host memory at %#x: %w", d.ID, p, err)
 		}
@@ -218,7 +218,7 @@ func (d *Device) free(kind plugin.MemKind, p uintptr) (size uintptr, allocated u
 		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
 	}
 	delete(d.allocs, p)
-	if kind == plugin.MemDevice {
+	if kind == MemDevice {
 		// Under amu: the driver may hand p out again once amu is let go.
 		var ok bool
 		if size, allocated, ok = d.mem.free(p, pathDirect); ok {

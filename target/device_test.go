@@ -11,10 +11,10 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestMain(m *testing.M) {
@@ -164,12 +164,12 @@ func TestParseBytes(t *testing.T) {
 func TestAllocFreeRegistry(t *testing.T) {
 	f, d := withFake(t, 0)
 	tests := []struct {
-		kind       plugin.MemKind
+		kind       MemKind
 		registered bool
 	}{
-		{plugin.MemDevice, false},
-		{plugin.MemShared, false},
-		{plugin.MemHost, true},
+		{MemDevice, false},
+		{MemShared, false},
+		{MemHost, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind.String(), func(t *testing.T) {
@@ -178,9 +178,9 @@ func TestAllocFreeRegistry(t *testing.T) {
 			k, ok := d.Kind(p)
 			require.True(t, ok)
 			require.Equal(t, tt.kind, k)
-			other := plugin.MemDevice
+			other := MemDevice
 			if tt.kind == other {
-				other = plugin.MemShared
+				other = MemShared
 			}
 			err = d.Free(other, p)
 			require.ErrorIs(t, err, ErrInvalidArgument)
@@ -195,31 +195,31 @@ func TestAllocFreeRegistry(t *testing.T) {
 			require.False(t, d.Registry().IsPinned(p))
 			_, ok = d.Kind(p)
 			require.False(t, ok)
-			if tt.kind == plugin.MemDevice { // issue 31: a double free of device memory says so
+			if tt.kind == MemDevice { // issue 31: a double free of device memory says so
 				require.ErrorContains(t, d.Free(tt.kind, p), "freed already (a double free)")
 			} else {
 				require.ErrorContains(t, d.Free(tt.kind, p), "not allocated by this device")
 			}
 		})
 	}
-	_, err := d.Alloc(plugin.MemHost, 0)
+	_, err := d.Alloc(MemHost, 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = d.Alloc(plugin.MemKind(9), 10)
+	_, err = d.Alloc(MemKind(9), 10)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	require.ErrorIs(t, d.Free(plugin.MemDevice, 0), ErrInvalidArgument)
+	require.ErrorIs(t, d.Free(MemDevice, 0), ErrInvalidArgument)
 
 	// A lock inside host-pinned memory is a reference: the memory cannot be
 	// freed under it, and no driver lock is taken.
-	p, err := d.Alloc(plugin.MemHost, 4096)
+	p, err := d.Alloc(MemHost, 4096)
 	require.NoError(t, err)
 	dev, err := d.LockMem(p+100, 50)
 	require.NoError(t, err)
 	require.Equal(t, (p+100)|aliasBit, dev)
 	locks, _, _, _ := f.counts()
 	require.Zero(t, locks)
-	require.Error(t, d.Free(plugin.MemHost, p))
+	require.Error(t, d.Free(MemHost, p))
 	require.NoError(t, d.UnlockMem(p+120))
-	require.NoError(t, d.Free(plugin.MemHost, p))
+	require.NoError(t, d.Free(MemHost, p))
 }
 
 func TestLockUnlockMem(t *testing.T) {
@@ -254,7 +254,7 @@ func TestMemcpyBetweenDevices(t *testing.T) {
 		d, err := Get(dev)
 		require.NoError(t, err)
 		for _, k := range []int{dev * 2, dev*2 + 1} {
-			buf[k], err = d.Alloc(plugin.MemDevice, n)
+			buf[k], err = d.Alloc(MemDevice, n)
 			require.NoError(t, err)
 		}
 	}
@@ -294,7 +294,7 @@ func TestQueueOfAnotherDevice(t *testing.T) {
 	b, _ := Get(1)
 	q, err := b.NewQueue()
 	require.NoError(t, err)
-	dst, err := a.Alloc(plugin.MemDevice, 8)
+	dst, err := a.Alloc(MemDevice, 8)
 	require.NoError(t, err)
 	src := hostMem(t, 8)
 	require.ErrorIs(t, a.Submit(dst, src, 8, q), ErrInvalidArgument)
@@ -322,7 +322,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 			f.failLock.Store(tt.failLock)
 			const n = 1 << 20 // over the staging threshold
 			src := hostMem(t, n)
-			dst, err := d.Alloc(plugin.MemDevice, n)
+			dst, err := d.Alloc(MemDevice, n)
 			require.NoError(t, err)
 			q, err := d.NewQueue()
 			require.NoError(t, err)
@@ -371,9 +371,9 @@ func TestHostDeviceTransfers(t *testing.T) {
 	require.NoError(t, err)
 	q, err := d.NewQueue()
 	require.NoError(t, err)
-	a, err := d.Alloc(plugin.MemDevice, 256)
+	a, err := d.Alloc(MemDevice, 256)
 	require.NoError(t, err)
-	b, err := d.Alloc(plugin.MemHost, 256)
+	b, err := d.Alloc(MemHost, 256)
 	require.NoError(t, err)
 	src := hostMem(t, 256)
 	fill(src, 256, 9)
@@ -385,6 +385,6 @@ func TestHostDeviceTransfers(t *testing.T) {
 	require.True(t, hasFill(b, 256, 9))
 	require.Equal(t, StagingStats{}, d.StagingStats(), "the host never stages")
 	require.NoError(t, q.Close())
-	require.NoError(t, d.Free(plugin.MemDevice, a))
-	require.NoError(t, d.Free(plugin.MemHost, b))
+	require.NoError(t, d.Free(MemDevice, a))
+	require.NoError(t, d.Free(MemHost, b))
 }

@@ -32,7 +32,7 @@ package target
 //   - a limit (SetPoolLimit, like pool_size) bounds the bytes reserved from
 //     the driver; at the limit, ready free blocks are given back first;
 //   - an allocation the driver refuses for want of memory
-//     (plugin.ErrOutOfMemory) gives every ready cached block back (and
+//     (ErrOutOfMemory) gives every ready cached block back (and
 //     trims the driver's pool) and is retried once, as LLVM's memory manager
 //     and PyTorch's caching allocator do;
 //   - the size-class cache keeps at most an eighth of the device's memory
@@ -54,7 +54,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // ErrPoolLimit: a pool allocation would take the device pool past its limit.
@@ -278,10 +278,10 @@ func (d *Device) cacheAlloc(n uintptr, q *Queue, asked bool) (uintptr, error) {
 		pl.mu.Unlock()
 		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w: %d bytes the driver would not take back: %w", d.ID, n, ErrPoolLimit, kept, ferr)
 	}
-	p, err := d.impl.Alloc(plugin.MemDevice, c)
-	if errors.Is(err, plugin.ErrOutOfMemory) {
+	p, err := d.impl.Alloc(MemDevice, c)
+	if errors.Is(err, ErrOutOfMemory) {
 		d.releaseForRetry()
-		p, err = d.impl.Alloc(plugin.MemDevice, c)
+		p, err = d.impl.Alloc(MemDevice, c)
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
@@ -669,7 +669,7 @@ func (pl *devPool) giveBack(d *Device, bs []poolBlock) (uintptr, error) {
 	var got, kept uintptr
 	var errs []error
 	for _, b := range bs {
-		if err := d.impl.Free(plugin.MemDevice, b.p); err != nil {
+		if err := d.impl.Free(MemDevice, b.p); err != nil {
 			errs = append(errs, err)
 			kept += b.size
 			pl.mu.Lock()
@@ -717,6 +717,6 @@ func (pl *devPool) closePool(impl plugin.Impl) {
 		}
 	}
 	for _, p := range cached {
-		_ = impl.Free(plugin.MemDevice, p)
+		_ = impl.Free(MemDevice, p)
 	}
 }

@@ -27,7 +27,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 func (d *Device) driverPoolAlloc(drv plugin.MemPool, n uintptr, q *Queue) (uintptr, error) {
@@ -43,7 +43,7 @@ func (d *Device) driverPoolAlloc(drv plugin.MemPool, n uintptr, q *Queue) (uintp
 	pl.mu.Unlock()
 
 	p, err := d.driverPoolAllocOnce(drv, n, q)
-	if errors.Is(err, plugin.ErrOutOfMemory) {
+	if errors.Is(err, ErrOutOfMemory) {
 		// Out of memory: give back what the pools cache and retry once
 		// (outside q's issue: the release may wait on q's lock).
 		d.releaseForRetry()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const driverPoolChildEnv = "OMPALLOC_TARGET_DRIVERPOOL_CHILD"
@@ -109,7 +108,7 @@ func driverPoolHammer(t *testing.T, d *Device) {
 					if err != nil {
 						return err
 					}
-					arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: n})
+					arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: n})
 					if err != nil {
 						return err
 					}
@@ -167,7 +166,7 @@ func newQueue(t *testing.T, d *Device) *Queue {
 }
 
 func deviceBytes(t *testing.T, d *Device, p uintptr, n int) Array[byte] {
-	arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: uintptr(n)})
+	arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: uintptr(n)})
 	require.NoError(t, err)
 	return arr
 }

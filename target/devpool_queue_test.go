@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 27, items 2, 6 and 8, run by TestDriverPoolChild against each pool
@@ -104,7 +103,7 @@ func poolRecordUse(t *testing.T, d *Device) {
 // MiB: the pool gives its free memory back and retries instead of failing
 // with the driver's out-of-memory error. Also under the size-class cache's
 // bound (7 MiB cached, then 60 MiB: only the retry helps). What nothing
-// cached can make room for is an error matching plugin.ErrOutOfMemory.
+// cached can make room for is an error matching ErrOutOfMemory.
 // Seen failing before the fix with CUDA_ERROR_OUT_OF_MEMORY on both CUDA
 // pool kinds and HSA_STATUS_ERROR_OUT_OF_RESOURCES on HSA.
 func poolOutOfMemory(t *testing.T, d *Device) {
@@ -119,7 +118,7 @@ func poolOutOfMemory(t *testing.T, d *Device) {
 		require.NoError(t, d.PoolFree(y, nil))
 	}
 	_, err := d.PoolAlloc(80*mib, nil)
-	require.ErrorIs(t, err, plugin.ErrOutOfMemory, "vendor-neutral")
+	require.ErrorIs(t, err, ErrOutOfMemory, "vendor-neutral")
 	require.Zero(t, d.PoolStats().InUse)
 }
 
@@ -226,7 +225,7 @@ func driverPoolNilAllocDoesNotWait(t *testing.T, d *Device) {
 	require.NoError(t, d.PoolFree(x, qa))
 	returns(t, release, "a nil-queue PoolAlloc while a queue's free of the memory is pending", func() error {
 		_, err := d.PoolAlloc(40*mib, nil)
-		if !errors.Is(err, plugin.ErrOutOfMemory) {
+		if !errors.Is(err, ErrOutOfMemory) {
 			return fmt.Errorf("want an out-of-memory error, got %v", err)
 		}
 		return nil

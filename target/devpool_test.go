@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestPoolClass(t *testing.T) {
@@ -23,12 +21,12 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	f, d := withFake(t, 0)
 	p, err := d.PoolAlloc(1<<20, nil)
 	require.NoError(t, err)
-	require.Equal(t, 1, f.live(plugin.MemDevice))
+	require.Equal(t, 1, f.live(MemDevice))
 	st := d.PoolStats()
 	require.Equal(t, PoolStats{Reserved: 1 << 20, InUse: 1 << 20, Misses: 1, Allocs: 1}, st)
 
 	require.NoError(t, d.PoolFree(p, nil))
-	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
+	require.Equal(t, 1, f.live(MemDevice), "cached, not freed")
 	st = d.PoolStats()
 	require.Equal(t, uintptr(1<<20), st.Reserved)
 	require.Zero(t, st.InUse)
@@ -39,7 +37,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p, p2)
 	require.Equal(t, uint64(1), d.PoolStats().Hits)
-	require.Equal(t, 1, f.live(plugin.MemDevice))
+	require.Equal(t, 1, f.live(MemDevice))
 
 	err = d.PoolFree(p2+8, nil)
 	require.ErrorIs(t, err, ErrInvalidArgument)
@@ -49,7 +47,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 
 	require.Equal(t, uintptr(1<<20), d.TrimPool(0))
-	require.Zero(t, f.live(plugin.MemDevice))
+	require.Zero(t, f.live(MemDevice))
 	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1, Allocs: 2}, d.PoolStats())
 }
 
@@ -69,7 +67,7 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 	require.NoError(t, err)
 	f.holdWork()
 	src := make([]byte, 4096)
-	arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: 4096})
+	arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: 4096})
 	require.NoError(t, err)
 	require.NoError(t, CopyToDevice(arr, src, qa)) // A's work uses the block, held
 	require.NoError(t, d.PoolFree(p, qa))
@@ -103,7 +101,7 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 	got2, err := d.PoolAlloc(4096, nil) // a miss: B is queried first, its blocks become ready
 	require.NoError(t, err)
 	require.Contains(t, []uintptr{pb, pn}, got2)
-	require.Equal(t, 3, f.live(plugin.MemDevice), "no new driver allocation")
+	require.Equal(t, 3, f.live(MemDevice), "no new driver allocation")
 	require.Zero(t, d.PoolStats().Waiting)
 	require.NoError(t, d.PoolFree(got2, nil))
 	require.NoError(t, d.PoolFree(got, nil))
@@ -128,7 +126,7 @@ func TestDevicePoolLimit(t *testing.T) {
 	st := d.PoolStats()
 	require.Equal(t, uintptr(768<<10), st.Reserved)
 	require.Equal(t, uint64(1), st.Released)
-	require.Equal(t, 2, f.live(plugin.MemDevice))
+	require.Equal(t, 2, f.live(MemDevice))
 	require.NoError(t, d.PoolFree(b, nil))
 	require.NoError(t, d.PoolFree(c, nil))
 	d.SetPoolLimit(256 << 10)
@@ -145,7 +143,7 @@ func TestAllocArrayUsesThePool(t *testing.T) {
 	require.Equal(t, 1000, a.Len())
 	require.Equal(t, uintptr(4096), d.PoolStats().InUse, "4000 bytes, in the 4096-byte class")
 	require.NoError(t, a.Free())
-	require.Equal(t, 1, f.live(plugin.MemDevice), "cached, not freed")
+	require.Equal(t, 1, f.live(MemDevice), "cached, not freed")
 	b, err := PoolArray[float32](d, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, a.Memory().Addr, b.Memory().Addr)
@@ -166,10 +164,10 @@ func TestAllocArrayUsesThePool(t *testing.T) {
 	_, err = PoolArray[int64](d, 0, q)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 
-	h, err := AllocArray[byte](d, plugin.MemHost, 64)
+	h, err := AllocArray[byte](d, MemHost, 64)
 	require.NoError(t, err)
 	require.NoError(t, h.FreeOn(q), "other memory is freed after q's work")
 	require.NoError(t, q.Synchronize())
-	require.Zero(t, f.live(plugin.MemHost))
+	require.Zero(t, f.live(MemHost))
 	require.Equal(t, uintptr(4096), d.TrimPool(0))
 }

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ompalloc/ompalloc/target/amdgpu"
-	"github.com/ompalloc/ompalloc/target/cuda"
-	"github.com/ompalloc/ompalloc/target/host"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin/amdgpu"
+	"github.com/ompalloc/ompalloc/internal/plugin/cuda"
+	"github.com/ompalloc/ompalloc/internal/plugin/host"
 )
 
 // accelerators builds the accelerator plugins, in numbering order: their
@@ -22,7 +22,7 @@ var hostPlugin = host.New
 // world is the outcome of discovery: the devices, accelerators then host.
 type world struct {
 	devices []*Device
-	plugins []plugin.Status
+	plugins []DriverStatus
 	def     atomic.Int64 // the default device
 }
 
@@ -84,7 +84,7 @@ func initPlugin(p plugin.Plugin) (err error) {
 	return p.Init()
 }
 
-func status(p plugin.Plugin, err error) plugin.Status {
+func status(p plugin.Plugin, err error) DriverStatus {
 	s := p.Status()
 	if s.Plugin == "" {
 		s.Plugin = p.Name()
@@ -141,7 +141,7 @@ func Devices() []*Device { return append([]*Device(nil), get().devices...) }
 
 // Plugins reports each plugin's driver status, accelerators first, the host
 // last, whether or not it contributed devices.
-func Plugins() []plugin.Status { return append([]plugin.Status(nil), get().plugins...) }
+func Plugins() []DriverStatus { return append([]DriverStatus(nil), get().plugins...) }
 
 // Shutdown closes every device: waits for and destroys their queues, frees
 // every staging buffer (including those held by queues that never

@@ -3,7 +3,7 @@
 // host memory for it:
 //
 //	d, err := target.Get(target.DefaultDevice()) // the first GPU; the host on a machine without one
-//	buf, err := target.AllocArray[float32](d, plugin.MemDevice, len(xs))
+//	buf, err := target.AllocArray[float32](d, MemDevice, len(xs))
 //	err = target.CopyToDevice(buf, xs, nil)     // a nil queue: done on return
 //	err = target.CopyFromDevice(xs, buf, nil)
 //	h, err := target.Pin(xs, d.ID)              // page-locks a slice the program has; h.Unpin()
@@ -13,7 +13,7 @@
 // as omp_target_alloc, omp_target_memcpy and llvm_omp_target_lock_mem do.)
 // Underneath it is the generic device layer: the logic LLVM's
 // GenericDeviceTy writes once for every vendor, over the thin per-vendor
-// plugin.Impl (target/host, target/cuda, target/amdgpu).
+// plugin.Impl (internal/plugin/host, internal/plugin/cuda, internal/plugin/amdgpu).
 //
 // # Numbering
 //
@@ -78,7 +78,7 @@
 //     recorded queues of other devices), without blocking the host;
 //   - an allocation the driver refuses for want of memory gives back what
 //     the pool caches and is retried once; the error then matches
-//     plugin.ErrOutOfMemory;
+//     ErrOutOfMemory;
 //   - the driver's pool keeps freed memory reserved until TrimPool (or a
 //     synchronization above the limit SetPoolLimit sets): call
 //     TrimPool(0) before another library of the process needs it.

@@ -8,10 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const driversChildEnv = "OMPALLOC_TARGET_DRIVERS_CHILD"
@@ -40,7 +39,7 @@ func TestFakeDrivers(t *testing.T) {
 // hook returns a test hook of an already loaded fake driver.
 func hook(t *testing.T, lib, name string) uintptr {
 	t.Helper()
-	l, err := loader.Open(loader.Spec{Name: "fake driver", Candidates: []string{lib}})
+	l, err := dl.Open(dl.Spec{Name: "fake driver", Candidates: []string{lib}})
 	require.NoError(t, err)
 	p, err := l.Sym(name)
 	require.NoError(t, err)
@@ -84,9 +83,9 @@ func TestFakeDriversChild(t *testing.T) {
 		var ptrs []uintptr
 		for dev := range NumDevices() {
 			d, _ := Get(dev)
-			p, err := d.Alloc(plugin.MemDevice, n)
+			p, err := d.Alloc(MemDevice, n)
 			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, d.Free(plugin.MemDevice, p)) })
+			t.Cleanup(func() { require.NoError(t, d.Free(MemDevice, p)) })
 			ptrs = append(ptrs, p)
 		}
 		host := InitialDevice()
@@ -116,7 +115,7 @@ func TestFakeDriversChild(t *testing.T) {
 		calls := lockCalls()
 		_, err = d3.LockMem(h+4096, 4096)
 		require.NoError(t, err, "inside device 2's lock: a reference, not a refused second lock")
-		dev, err := d2.Alloc(plugin.MemDevice, n)
+		dev, err := d2.Alloc(MemDevice, n)
 		require.NoError(t, err)
 		q, err := d2.NewQueue()
 		require.NoError(t, err)
@@ -129,7 +128,7 @@ func TestFakeDriversChild(t *testing.T) {
 		require.True(t, hasFill(h+100, 1000, 91))
 		require.Equal(t, calls, lockCalls(), "no hsa_amd_memory_lock for copies of locked memory")
 		require.NoError(t, q.Close())
-		require.NoError(t, d2.Free(plugin.MemDevice, dev))
+		require.NoError(t, d2.Free(MemDevice, dev))
 		require.NoError(t, d3.UnlockMem(h+4096))
 		require.NoError(t, d2.UnlockMem(h))
 	})
@@ -140,7 +139,7 @@ func TestFakeDriversChild(t *testing.T) {
 		h := hostMem(t, n)
 		_, err := d2.LockMem(h, locked)
 		require.NoError(t, err)
-		dev, err := d2.Alloc(plugin.MemDevice, n)
+		dev, err := d2.Alloc(MemDevice, n)
 		require.NoError(t, err)
 		q, err := d2.NewQueue()
 		require.NoError(t, err)
@@ -153,7 +152,7 @@ func TestFakeDriversChild(t *testing.T) {
 		require.NoError(t, q.Synchronize())
 		require.True(t, hasFill(h, n, 93))
 		require.NoError(t, q.Close())
-		require.NoError(t, d2.Free(plugin.MemDevice, dev))
+		require.NoError(t, d2.Free(MemDevice, dev))
 		require.NoError(t, d2.UnlockMem(h))
 	})
 
@@ -168,12 +167,12 @@ func TestFakeDriversChild(t *testing.T) {
 		d3, _ := Get(3)
 		src := hostMem(t, n)
 		fill(src, n, 77)
-		a, err := d2.Alloc(plugin.MemDevice, n)
+		a, err := d2.Alloc(MemDevice, n)
 		require.NoError(t, err)
-		defer func() { require.NoError(t, d2.Free(plugin.MemDevice, a)) }()
-		b, err := d3.Alloc(plugin.MemDevice, n)
+		defer func() { require.NoError(t, d2.Free(MemDevice, a)) }()
+		b, err := d3.Alloc(MemDevice, n)
 		require.NoError(t, err)
-		defer func() { require.NoError(t, d3.Free(plugin.MemDevice, b)) }()
+		defer func() { require.NoError(t, d3.Free(MemDevice, b)) }()
 		require.NoError(t, Memcpy(a, src, n, 2, InitialDevice()))
 		before := copies()
 		require.NoError(t, Memcpy(b, a, n, 3, 2))
@@ -203,7 +202,7 @@ func manySubmissions(t *testing.T, d *Device) {
 	src := hostMem(t, size)
 	dsts := make([]uintptr, n)
 	for i := range dsts {
-		dsts[i], err = d.Alloc(plugin.MemDevice, size)
+		dsts[i], err = d.Alloc(MemDevice, size)
 		require.NoError(t, err)
 	}
 	before := d.StagingStats()
@@ -219,7 +218,7 @@ func manySubmissions(t *testing.T, d *Device) {
 	require.LessOrEqual(t, s.Misses-before.Misses, uint64(n), "the second round reused the first round's buffers")
 	require.Equal(t, uintptr(0), s.InUseBytes)
 	for _, p := range dsts {
-		require.NoError(t, d.Free(plugin.MemDevice, p))
+		require.NoError(t, d.Free(MemDevice, p))
 	}
 }
 
@@ -236,7 +235,7 @@ func concurrentSubmissions(t *testing.T, d *Device) {
 	dsts := make([][]uintptr, goroutines)
 	for g := range dsts {
 		for range per {
-			p, err := d.Alloc(plugin.MemDevice, size)
+			p, err := d.Alloc(MemDevice, size)
 			require.NoError(t, err)
 			dsts[g] = append(dsts[g], p)
 		}
@@ -272,7 +271,7 @@ func concurrentSubmissions(t *testing.T, d *Device) {
 	for g := range dsts {
 		for i, dst := range dsts[g] {
 			require.True(t, hasFill(readBack(t, d, dst, size), size, g*per+i), "goroutine %d, submission %d", g, i)
-			require.NoError(t, d.Free(plugin.MemDevice, dst))
+			require.NoError(t, d.Free(MemDevice, dst))
 		}
 	}
 	require.Equal(t, uintptr(0), d.StagingStats().InUseBytes)
@@ -285,14 +284,14 @@ func pinnedPath(t *testing.T, d *Device) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
-	dst, err := d.Alloc(plugin.MemDevice, n)
+	dst, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dst)) }()
+	defer func() { require.NoError(t, d.Free(MemDevice, dst)) }()
 
 	locked := hostMem(t, n)
 	_, err = d.LockMem(locked, n)
 	require.NoError(t, err)
-	hostAlloc, err := d.Alloc(plugin.MemHost, n)
+	hostAlloc, err := d.Alloc(MemHost, n)
 	require.NoError(t, err)
 	for i, src := range []uintptr{locked, hostAlloc} {
 		before := d.StagingStats()
@@ -308,6 +307,6 @@ func pinnedPath(t *testing.T, d *Device) {
 		require.True(t, hasFill(src, n, 7+i))
 	}
 	require.NoError(t, d.UnlockMem(locked))
-	require.NoError(t, d.Free(plugin.MemHost, hostAlloc))
+	require.NoError(t, d.Free(MemHost, hostAlloc))
 	require.Zero(t, d.Registry().Len())
 }

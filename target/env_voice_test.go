@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // Issue 10, item 5: every warning about the environment starts with

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // Event marks a point in a queue's work (a CUDA event; an HSA signal). Record

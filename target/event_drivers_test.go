@@ -14,7 +14,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const eventChildEnv = "OMPALLOC_TARGET_EVENT_CHILD"
@@ -112,7 +111,7 @@ func fakeCount(t *testing.T, d *Device, what string) int64 {
 // gate opened ("Query blocked the host").
 func eventWaitHoldsNothing(t *testing.T, d *Device) {
 	const n = 1 << 16
-	buf, err := AllocArray[byte](d, plugin.MemDevice, n)
+	buf, err := AllocArray[byte](d, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, buf.Free()) })
 	q, err := d.NewQueue()

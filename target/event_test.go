@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestHostEvents(t *testing.T) {
@@ -71,7 +69,7 @@ func TestSynchronizeContextCancel(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, q.Close()) })
 	t.Cleanup(f.release)
-	a, err := AllocArray[byte](d, plugin.MemDevice, 4096)
+	a, err := AllocArray[byte](d, MemDevice, 4096)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Free()) })
 

@@ -5,7 +5,6 @@ import (
 	"log"
 
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // A round trip of a typed slice through the default device: a GPU where
@@ -16,7 +15,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	xs := []float32{1, 2, 3, 4}
-	buf, err := target.AllocArray[float32](d, plugin.MemDevice, len(xs))
+	buf, err := target.AllocArray[float32](d, target.MemDevice, len(xs))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/internal/dl"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/pinned"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // aliasBit marks the fake's device-accessible addresses of locked host
@@ -56,7 +56,7 @@ type fakeImpl struct {
 
 type fakeAlloc struct {
 	size  uintptr
-	kind  plugin.MemKind
+	kind  MemKind
 	freed bool
 }
 
@@ -64,8 +64,8 @@ func newFake(name string, delay time.Duration) *fakeImpl {
 	return &fakeImpl{name: name, delay: delay, allocs: map[uintptr]fakeAlloc{}, locks: map[uintptr]uintptr{}}
 }
 
-func (f *fakeImpl) Info() plugin.Info {
-	return plugin.Info{Name: f.name, Vendor: "fake", Memory: 1 << 30, NUMANode: -1}
+func (f *fakeImpl) Info() Info {
+	return Info{Name: f.name, Vendor: "fake", Memory: 1 << 30, NUMANode: -1}
 }
 
 func (f *fakeImpl) LockHost(p, n uintptr) (uintptr, error) {
@@ -97,18 +97,18 @@ func (f *fakeImpl) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for a, al := range f.allocs {
-		if al.kind == plugin.MemHost && !al.freed && a <= p && p+n <= a+al.size {
+		if al.kind == MemHost && !al.freed && a <= p && p+n <= a+al.size {
 			return pinned.External{Host: a, Dev: a | aliasBit, Size: al.size}, true, nil
 		}
 	}
 	return pinned.External{}, false, nil
 }
 
-func (f *fakeImpl) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
-	if kind == plugin.MemHost && f.failHostAlloc.Load() {
+func (f *fakeImpl) Alloc(kind MemKind, n uintptr) (uintptr, error) {
+	if kind == MemHost && f.failHostAlloc.Load() {
 		return 0, fmt.Errorf("fake alloc of %d pinned bytes: %w", n, errInjected)
 	}
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return 0, err
 	}
@@ -124,8 +124,8 @@ func (f *fakeImpl) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 
 // Free poisons and keeps the memory until Close, so a late copy reading a
 // freed buffer is seen rather than crashing.
-func (f *fakeImpl) Free(kind plugin.MemKind, p uintptr) error {
-	if g := f.freeGate.Load(); g != nil && kind == plugin.MemHost {
+func (f *fakeImpl) Free(kind MemKind, p uintptr) error {
+	if g := f.freeGate.Load(); g != nil && kind == MemHost {
 		// As cuMemFreeHost, which waits for the device's work in flight.
 		f.freeWaiting.Add(1)
 		<-*g
@@ -147,7 +147,7 @@ func (f *fakeImpl) Free(kind plugin.MemKind, p uintptr) error {
 }
 
 // live counts allocations of kind not freed.
-func (f *fakeImpl) live(kind plugin.MemKind) int {
+func (f *fakeImpl) live(kind MemKind) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -169,7 +169,7 @@ func (f *fakeImpl) counts() (lockCalls, unlockCalls, pinnedCopies, freedReads in
 // Alloc(MemHost) or locked by LockHost.
 func (f *fakeImpl) pinnedLocked(p, n uintptr) bool {
 	for a, al := range f.allocs {
-		if al.kind == plugin.MemHost && !al.freed && a <= p && p+n <= a+al.size {
+		if al.kind == MemHost && !al.freed && a <= p && p+n <= a+al.size {
 			return true
 		}
 	}
@@ -254,7 +254,7 @@ func (f *fakeImpl) Close() error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, _ := loader.C()
+	c, _ := dl.C()
 	for p, a := range f.allocs {
 		_ = c.Unmap(p, a.size)
 	}
@@ -373,8 +373,8 @@ type fakePlugin struct {
 
 func (p *fakePlugin) Name() string { return p.name }
 func (p *fakePlugin) Init() error  { return p.err }
-func (p *fakePlugin) Status() plugin.Status {
-	s := plugin.Status{Plugin: p.name, Init: "FAKE_SUCCESS", Err: p.err}
+func (p *fakePlugin) Status() DriverStatus {
+	s := DriverStatus{Plugin: p.name, Init: "FAKE_SUCCESS", Err: p.err}
 	if p.err != nil {
 		s.Init = p.err.Error()
 	}
@@ -413,7 +413,7 @@ func withFake(t *testing.T, delay time.Duration) (*fakeImpl, *Device) {
 // hostMem maps n bytes of pageable host memory for the test.
 func hostMem(t testing.TB, n uintptr) uintptr {
 	t.Helper()
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	p, err := c.Map(n)
 	require.NoError(t, err)

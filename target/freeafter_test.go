@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // A copy on the one-step pinned path reads its host memory late: while it
@@ -21,9 +21,9 @@ func TestFreeAfterUse(t *testing.T) {
 	_, err := d.LockMem(h, n)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d.UnlockMem(h)) }()
-	dev, err := d.Alloc(plugin.MemDevice, n)
+	dev, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	defer func() { require.NoError(t, d.Free(MemDevice, dev)) }()
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 
@@ -62,9 +62,9 @@ func TestFreeAfterUse(t *testing.T) {
 func TestQueueFreeAfter(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 4096
-	dev, err := d.Alloc(plugin.MemDevice, n)
+	dev, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	defer func() { require.NoError(t, d.Free(MemDevice, dev)) }()
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 
@@ -95,7 +95,7 @@ func TestQueueFreeAfter(t *testing.T) {
 func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 4096
-	dev, err := d.Alloc(plugin.MemDevice, n)
+	dev, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
 	q, err := d.NewQueue()
 	require.NoError(t, err)
@@ -130,9 +130,9 @@ func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 func TestQueueFreeAfterQueryFails(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 4096
-	dev, err := d.Alloc(plugin.MemDevice, n)
+	dev, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) }()
+	defer func() { require.NoError(t, d.Free(MemDevice, dev)) }()
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
@@ -177,9 +177,9 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 	_, err = d0.LockMem(h, n)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, d0.UnlockMem(h)) }()
-	dev, err := d1.Alloc(plugin.MemDevice, n)
+	dev, err := d1.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d1.Free(plugin.MemDevice, dev)) }()
+	defer func() { require.NoError(t, d1.Free(MemDevice, dev)) }()
 	q, err := d1.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Freeing a staging buffer is a device-synchronizing driver call
@@ -18,7 +16,7 @@ func TestStagingFreeOutsidePoolLock(t *testing.T) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, q.Close()) })
-	dst, err := d.Alloc(plugin.MemDevice, 64<<10)
+	dst, err := d.Alloc(MemDevice, 64<<10)
 	require.NoError(t, err)
 	src := hostMem(t, 64<<10)
 	// One buffer of 256 bytes and one of 64 KiB, back in the pool.

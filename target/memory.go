@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Memory is a block of device memory from AllocMemory: what Alloc returns,
@@ -14,7 +13,7 @@ import (
 // or a slice without the uintptr conversion go vet warns about.
 type Memory struct {
 	Device *Device
-	Kind   plugin.MemKind
+	Kind   MemKind
 	Addr   uintptr // the host's address for host and shared memory; the device's for device memory
 	Size   uintptr
 
@@ -22,7 +21,7 @@ type Memory struct {
 }
 
 // AllocMemory is Alloc, returning a Memory.
-func (d *Device) AllocMemory(kind plugin.MemKind, n uintptr) (Memory, error) {
+func (d *Device) AllocMemory(kind MemKind, n uintptr) (Memory, error) {
 	p, err := d.Alloc(kind, n)
 	if err != nil {
 		return Memory{}, err
@@ -49,7 +48,7 @@ func (m Memory) Pointer() unsafe.Pointer { return cmem.Ptr(m.Addr) }
 // HostAccessible reports whether the host may read and write the memory:
 // host and shared memory, and every kind on the host device.
 func (m Memory) HostAccessible() bool {
-	return m.Addr != 0 && (m.Kind != plugin.MemDevice || (m.Device != nil && m.Device.IsHost()))
+	return m.Addr != 0 && (m.Kind != MemDevice || (m.Device != nil && m.Device.IsHost()))
 }
 
 // Bytes returns the memory as a []byte (len == cap == Size), if the host

@@ -4,13 +4,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestMemoryOnAGPU(t *testing.T) {
 	f, d := withFake(t, 0)
-	host, err := d.AllocMemory(plugin.MemHost, 4096)
+	host, err := d.AllocMemory(MemHost, 4096)
 	require.NoError(t, err)
 	require.True(t, host.HostAccessible())
 	xs, err := Slice[float32](host)
@@ -23,7 +21,7 @@ func TestMemoryOnAGPU(t *testing.T) {
 	require.Len(t, b, 4096)
 	require.Equal(t, host.Addr, uintptr(host.Pointer()))
 
-	dev, err := d.AllocMemory(plugin.MemDevice, 4096)
+	dev, err := d.AllocMemory(MemDevice, 4096)
 	require.NoError(t, err)
 	require.False(t, dev.HostAccessible())
 	_, err = dev.Bytes()
@@ -37,8 +35,8 @@ func TestMemoryOnAGPU(t *testing.T) {
 
 	require.NoError(t, host.Free())
 	require.NoError(t, dev.Free())
-	require.Zero(t, f.live(plugin.MemHost))
-	require.Zero(t, f.live(plugin.MemDevice))
+	require.Zero(t, f.live(MemHost))
+	require.Zero(t, f.live(MemDevice))
 	require.ErrorIs(t, dev.Free(), ErrInvalidArgument, "a second free is refused")
 	require.ErrorIs(t, Memory{}.Free(), ErrInvalidArgument)
 	_, err = Memory{}.Bytes()
@@ -49,7 +47,7 @@ func TestMemoryOnTheHost(t *testing.T) {
 	d, err := Get(InitialDevice())
 	require.NoError(t, err)
 	require.True(t, d.IsHost())
-	m, err := d.AllocMemory(plugin.MemDevice, 1<<16)
+	m, err := d.AllocMemory(MemDevice, 1<<16)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Free()) }()
 	require.True(t, m.HostAccessible(), "the host device's device memory is host memory")

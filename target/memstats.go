@@ -11,7 +11,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // MemoryStats is one device's device memory as ompalloc handed it out,
@@ -42,7 +42,7 @@ type MemoryStats struct {
 	Allocs uint64 `json:"allocs"`
 	Frees  uint64 `json:"frees"`
 	Live   uint64 `json:"live"`
-	// Direct is the bytes of Device.Alloc(plugin.MemDevice) blocks live,
+	// Direct is the bytes of Device.Alloc(MemDevice) blocks live,
 	// PoolInUse those of pool blocks handed out (as asked, not rounded).
 	Direct    uint64 `json:"direct"`
 	PoolInUse uint64 `json:"pool_in_use"`
@@ -103,7 +103,7 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 type memPath uint8
 
 const (
-	pathDirect memPath = iota // Device.Alloc of plugin.MemDevice
+	pathDirect memPath = iota // Device.Alloc of MemDevice
 	pathPool                  // the device pool
 )
 

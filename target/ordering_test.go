@@ -8,11 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/kmp"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const orderingChildEnv = "OMPALLOC_TARGET_ORDERING_CHILD"
@@ -58,9 +57,9 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 	defer func() { require.NoError(t, q.Close()) }()
 
 	const n = 1 << 20
-	a, err := d.Alloc(plugin.MemDevice, n)
+	a, err := d.Alloc(target.MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d.Free(plugin.MemDevice, a)) }()
+	defer func() { require.NoError(t, d.Free(target.MemDevice, a)) }()
 	h, back := pageable(t, n), pageable(t, n)
 
 	// put makes a hold seed, completely: on the queue, synchronized.
@@ -87,9 +86,9 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seed := byte(10 + i)
-			b, err = d.Alloc(plugin.MemDevice, n)
+			b, err = d.Alloc(target.MemDevice, n)
 			require.NoError(t, err)
-			defer func() { require.NoError(t, d.Free(plugin.MemDevice, b)) }()
+			defer func() { require.NoError(t, d.Free(target.MemDevice, b)) }()
 			put(seed)
 			require.NoError(t, tc.copy())
 			clear(cmem.Bytes(back, n))
@@ -102,7 +101,7 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 
 func pageable(t *testing.T, n uintptr) uintptr {
 	t.Helper()
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	p, err := c.Map(n)
 	require.NoError(t, err)

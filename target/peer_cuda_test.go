@@ -9,7 +9,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const peerChildEnv = "OMPALLOC_TARGET_PEER_CHILD"
@@ -48,12 +47,12 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	d0, _ := Get(0)
 	d1, _ := Get(1)
 	const n = 9 << 20 // three bounce chunks
-	a, err := d0.Alloc(plugin.MemDevice, n)
+	a, err := d0.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d0.Free(plugin.MemDevice, a)) }()
-	b, err := d1.Alloc(plugin.MemDevice, n)
+	defer func() { require.NoError(t, d0.Free(MemDevice, a)) }()
+	b, err := d1.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	defer func() { require.NoError(t, d1.Free(plugin.MemDevice, b)) }()
+	defer func() { require.NoError(t, d1.Free(MemDevice, b)) }()
 	h := hostMem(t, n)
 	fill(h, n, 21)
 	require.NoError(t, Memcpy(a, h, n, 0, InitialDevice()))

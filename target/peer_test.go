@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // fakePeer is a fakeImpl whose driver copies directly to the peers it
@@ -77,7 +77,7 @@ func TestMemcpyPeer(t *testing.T) {
 	for dev := range 3 {
 		d, err := Get(dev)
 		require.NoError(t, err)
-		bufs[dev], err = d.Alloc(plugin.MemDevice, n)
+		bufs[dev], err = d.Alloc(MemDevice, n)
 		require.NoError(t, err)
 	}
 	fill(bufs[0], n, 9)
@@ -107,9 +107,9 @@ func TestMemcpyAsyncPeer(t *testing.T) {
 	da, _ := Get(0)
 	db, _ := Get(1)
 	const n = 64 << 10
-	src, err := da.Alloc(plugin.MemDevice, n)
+	src, err := da.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	dst, err := db.Alloc(plugin.MemDevice, n)
+	dst, err := db.Alloc(MemDevice, n)
 	require.NoError(t, err)
 	fill(src, n, 3)
 
@@ -144,7 +144,7 @@ func TestMemcpyAsyncPeer(t *testing.T) {
 	require.ErrorIs(t, MemcpyAsync(dst, src, n, 1, 0, nil), ErrInvalidArgument)
 
 	// Across plugins' kinds (c is no PeerCopier): through the host, complete on return.
-	cbuf, err := dc.Alloc(plugin.MemDevice, n)
+	cbuf, err := dc.Alloc(MemDevice, n)
 	require.NoError(t, err)
 	require.NoError(t, MemcpyAsync(cbuf, dst, n, 2, 1, q))
 	require.True(t, hasFill(cbuf, n, 4))
@@ -159,9 +159,9 @@ func TestMemcpyBouncesThroughPinned(t *testing.T) {
 	da, _ := Get(0)
 	db, _ := Get(1)
 	const n = 2*bounceChunk + 12345 // three chunks, the last one short
-	src, err := da.Alloc(plugin.MemDevice, n)
+	src, err := da.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	dst, err := db.Alloc(plugin.MemDevice, n)
+	dst, err := db.Alloc(MemDevice, n)
 	require.NoError(t, err)
 	fill(src, n, 6)
 

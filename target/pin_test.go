@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // global is linker-allocated: it never moves, so Pin accepts it.

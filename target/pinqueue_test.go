@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/pinned"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 27 item 1: Pin(s), CopyFromDevice(s, arr, q), Unpin(), and no other
@@ -21,7 +20,7 @@ import (
 func TestQueuedCopyKeepsUnpinnedSlice(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 1 << 16
-	arr, err := AllocArray[byte](d, plugin.MemDevice, n)
+	arr, err := AllocArray[byte](d, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, arr.Free()) })
 	q, err := d.NewQueue()
@@ -81,7 +80,7 @@ func TestQueuedCopyKeepsUnpinnedSlice(t *testing.T) {
 func TestQueuedCopyKeepsLockedGoMemory(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 1 << 16
-	arr, err := AllocArray[byte](d, plugin.MemDevice, n)
+	arr, err := AllocArray[byte](d, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, arr.Free()) })
 	q, err := d.NewQueue()

@@ -10,8 +10,6 @@ import (
 	"io"
 	"time"
 	"unsafe"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Prefetcher moves batches of T from a producer on the host to a consumer
@@ -115,7 +113,7 @@ func (s PrefetchStats) Overlap() float64 {
 // NewPrefetcher makes a prefetcher to device d with buffers pinned host
 // buffers (2: double buffering; at least 1) of batch elements of T each,
 // device buffers of the same size, and a copy queue of its own. The host
-// buffers are pinned host memory of d (Device.Alloc of plugin.MemHost:
+// buffers are pinned host memory of d (Device.Alloc of MemHost:
 // cuMemAllocHost on CUDA), so each copy is one DMA. Close releases it all.
 func NewPrefetcher[T any](d *Device, buffers, batch int) (*Prefetcher[T], error) {
 	if d == nil {
@@ -137,13 +135,13 @@ func NewPrefetcher[T any](d *Device, buffers, batch int) (*Prefetcher[T], error)
 	for range buffers {
 		s := &prefetchSlot[T]{}
 		p.slots = append(p.slots, s)
-		if s.hostMem, err = d.AllocMemory(plugin.MemHost, size); err != nil {
+		if s.hostMem, err = d.AllocMemory(MemHost, size); err != nil {
 			break
 		}
 		if s.host, err = Slice[T](s.hostMem); err != nil {
 			break
 		}
-		if s.dev, err = AllocArray[T](d, plugin.MemDevice, batch); err != nil {
+		if s.dev, err = AllocArray[T](d, MemDevice, batch); err != nil {
 			break
 		}
 		if s.began, err = d.NewEvent(true); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const prefetchChildEnv = "OMPALLOC_TARGET_PREFETCH_CHILD"
@@ -85,7 +84,7 @@ func prefetchData(t *testing.T, d *Device, buffers int) {
 	pf, err := NewPrefetcher[float32](d, buffers, pfBatch)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pf.Close()) })
-	out, err := AllocArray[float32](d, plugin.MemDevice, total)
+	out, err := AllocArray[float32](d, MemDevice, total)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, out.Free()) })
 	compute, err := d.NewQueue()
@@ -223,7 +222,7 @@ func deviceSynchronize(t *testing.T, d *Device) {
 		var err error
 		qs[i], err = d.NewQueue()
 		require.NoError(t, err)
-		arrs[i], err = AllocArray[byte](d, plugin.MemDevice, len(src))
+		arrs[i], err = AllocArray[byte](d, MemDevice, len(src))
 		require.NoError(t, err)
 	}
 	t.Cleanup(func() {

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/hooks"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // Queue is an in-order queue of asynchronous transfers on one device (a CUDA

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Issue 27 item 3: Close after a failed synchronize released staging
@@ -23,9 +21,9 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 	_, err := d.LockMem(h, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.UnlockMem(h)) })
-	dev, err := d.Alloc(plugin.MemDevice, n)
+	dev, err := d.Alloc(MemDevice, n)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Free(plugin.MemDevice, dev)) })
+	t.Cleanup(func() { require.NoError(t, d.Free(MemDevice, dev)) })
 	src := hostMem(t, 256)
 	fill(src, 256, 3)
 	q, err := d.NewQueue()

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // realAccelerator discovers the real plugins' devices and returns the first
@@ -47,10 +45,10 @@ func TestRealAccelerators(t *testing.T) {
 func BenchmarkSubmitSmall(b *testing.B) {
 	d := realAccelerator(b)
 	for _, size := range []uintptr{64, 4 << 10, 64 << 10} {
-		dst, err := d.Alloc(plugin.MemDevice, size)
+		dst, err := d.Alloc(MemDevice, size)
 		require.NoError(b, err)
 		pageable := hostMem(b, size)
-		pinnedMem, err := d.Alloc(plugin.MemHost, size)
+		pinnedMem, err := d.Alloc(MemHost, size)
 		require.NoError(b, err)
 		for _, mode := range []string{"staged", "pageable", "pinned"} {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
@@ -78,7 +76,7 @@ func BenchmarkSubmitSmall(b *testing.B) {
 			})
 		}
 		d.SetStagingConfig(DefaultStagingConfig())
-		require.NoError(b, d.Free(plugin.MemHost, pinnedMem))
-		require.NoError(b, d.Free(plugin.MemDevice, dst))
+		require.NoError(b, d.Free(MemHost, pinnedMem))
+		require.NoError(b, d.Free(MemDevice, dst))
 	}
 }

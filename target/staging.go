@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"sync"
 
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // StagingConfig sets a device's pinned staging pool.
@@ -116,7 +116,7 @@ func (sp *stagingPool) take(n uintptr) (stagingBuf, bool) {
 func (sp *stagingPool) alloc(n uintptr) (stagingBuf, bool) {
 	size := uintptr(1) << classOf(n)
 	// Allocate outside the lock: pinning takes a driver call (microseconds).
-	p, err := sp.impl.Alloc(plugin.MemHost, size)
+	p, err := sp.impl.Alloc(MemHost, size)
 
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -175,7 +175,7 @@ func (sp *stagingPool) forgetLocked(p uintptr) {
 // flight), and a submission taking a cached buffer must not wait for that.
 func (sp *stagingPool) freeAll(ps []uintptr) {
 	for _, p := range ps {
-		_ = sp.impl.Free(plugin.MemHost, p)
+		_ = sp.impl.Free(MemHost, p)
 	}
 }
 

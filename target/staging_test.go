@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // submitRound submits n copies of size bytes on q, all from the same source
@@ -44,7 +44,7 @@ func TestStagingManySubmissionsOneQueue(t *testing.T) {
 	src := hostMem(t, size)
 	dsts := make([]uintptr, n)
 	for i := range dsts {
-		dsts[i], err = d.Alloc(plugin.MemDevice, size)
+		dsts[i], err = d.Alloc(MemDevice, size)
 		require.NoError(t, err)
 	}
 
@@ -70,7 +70,7 @@ func TestStagingManySubmissionsOneQueue(t *testing.T) {
 	_, _, pinnedCopies, freedReads := f.counts()
 	require.Zero(t, freedReads)
 	require.Equal(t, 2*n, pinnedCopies, "every copy read a pinned staging buffer")
-	require.Equal(t, n, f.live(plugin.MemHost))
+	require.Equal(t, n, f.live(MemHost))
 	require.NoError(t, q.Close())
 }
 
@@ -86,7 +86,7 @@ func TestStagingOffReadsSourceLate(t *testing.T) {
 	src := hostMem(t, size)
 	dsts := make([]uintptr, n)
 	for i := range dsts {
-		dsts[i], err = d.Alloc(plugin.MemDevice, size)
+		dsts[i], err = d.Alloc(MemDevice, size)
 		require.NoError(t, err)
 	}
 	f.holdWork()
@@ -117,7 +117,7 @@ func TestStagingConcurrentSubmissions(t *testing.T) {
 	for g := range subs {
 		for i := range per {
 			size := uintptr(1 + (g*per+i)*37%5000)
-			dst, err := d.Alloc(plugin.MemDevice, size)
+			dst, err := d.Alloc(MemDevice, size)
 			require.NoError(t, err)
 			subs[g] = append(subs[g], sub{dst, size, g*per + i})
 		}
@@ -168,7 +168,7 @@ func TestStagingConcurrentSubmissions(t *testing.T) {
 	require.Equal(t, uint64(goroutines*per), st.Recycled)
 	require.Equal(t, uintptr(0), st.InUseBytes)
 	require.LessOrEqual(t, st.PoolBytes, d.StagingConfig().MaxPoolBytes)
-	require.Equal(t, st.Buffers, f.live(plugin.MemHost))
+	require.Equal(t, st.Buffers, f.live(MemHost))
 	require.Positive(t, st.Hits, "buffers are reused")
 	_, _, _, freedReads := f.counts()
 	require.Zero(t, freedReads, "no copy read a buffer after it was freed")
@@ -179,10 +179,10 @@ func TestStagingChoosesPath(t *testing.T) {
 	f, d := withFake(t, 0)
 	q, err := d.NewQueue()
 	require.NoError(t, err)
-	dst, err := d.Alloc(plugin.MemDevice, 1<<20)
+	dst, err := d.Alloc(MemDevice, 1<<20)
 	require.NoError(t, err)
 	src := hostMem(t, 1<<20)
-	pinnedSrc, err := d.Alloc(plugin.MemHost, 3000) // a page mapped, 3000 bytes registered
+	pinnedSrc, err := d.Alloc(MemHost, 3000) // a page mapped, 3000 bytes registered
 	require.NoError(t, err)
 	threshold := d.StagingConfig().Threshold
 
@@ -216,7 +216,7 @@ func TestStagingChoosesPath(t *testing.T) {
 			require.Equal(t, tt.pinned, pinnedAfter > pinnedBefore, "the copy's host side was pinned")
 		})
 	}
-	require.NoError(t, d.Free(plugin.MemHost, pinnedSrc))
+	require.NoError(t, d.Free(MemHost, pinnedSrc))
 }
 
 func TestStagingAllocFailureSubmitsUnstaged(t *testing.T) {
@@ -224,7 +224,7 @@ func TestStagingAllocFailureSubmitsUnstaged(t *testing.T) {
 	f.failHostAlloc.Store(true)
 	q, err := d.NewQueue()
 	require.NoError(t, err)
-	dst, err := d.Alloc(plugin.MemDevice, 64)
+	dst, err := d.Alloc(MemDevice, 64)
 	require.NoError(t, err)
 	src := hostMem(t, 64)
 	fill(src, 64, 7)
@@ -243,7 +243,7 @@ func TestStagingPoolLimit(t *testing.T) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	src := hostMem(t, 4096)
-	dst, err := d.Alloc(plugin.MemDevice, 4096)
+	dst, err := d.Alloc(MemDevice, 4096)
 	require.NoError(t, err)
 	f.holdWork()
 	for range 5 {
@@ -254,12 +254,12 @@ func TestStagingPoolLimit(t *testing.T) {
 	s := d.StagingStats()
 	require.Equal(t, uintptr(3*4096), s.PoolBytes, "the pool keeps what its limit allows")
 	require.Equal(t, uint64(2), s.Freed, "and frees the rest")
-	require.Equal(t, 3, f.live(plugin.MemHost))
+	require.Equal(t, 3, f.live(MemHost))
 
 	d.SetStagingConfig(StagingConfig{Threshold: 1024, MaxPoolBytes: 1 << 20})
 	s = d.StagingStats()
 	require.Zero(t, s.PoolBytes, "buffers above the new threshold are freed")
-	require.Zero(t, f.live(plugin.MemHost))
+	require.Zero(t, f.live(MemHost))
 
 	// A threshold between two classes keeps the class that holds it.
 	d.SetStagingConfig(StagingConfig{Threshold: 3000, MaxPoolBytes: 1 << 20})
@@ -286,16 +286,16 @@ func TestShutdownFreesBuffersOfUnfinishedQueues(t *testing.T) {
 	q2, err := d.NewQueue()
 	require.NoError(t, err)
 	src := hostMem(t, 512)
-	dst, err := d.Alloc(plugin.MemDevice, 512)
+	dst, err := d.Alloc(MemDevice, 512)
 	require.NoError(t, err)
 	for i := range 10 {
 		require.NoError(t, d.Submit(dst, src, uintptr(1+i*50), q))
 		require.NoError(t, d.Submit(dst, src, 300, q2))
 	}
 	// Neither queue was synchronized or queried.
-	require.Positive(t, f.live(plugin.MemHost))
+	require.Positive(t, f.live(MemHost))
 	require.NoError(t, Shutdown())
-	require.Zero(t, f.live(plugin.MemHost), "every staging buffer is freed")
+	require.Zero(t, f.live(MemHost), "every staging buffer is freed")
 	_, _, _, freedReads := f.counts()
 	require.Zero(t, freedReads, "none while a copy could still read it")
 	require.True(t, f.closed)
@@ -318,7 +318,7 @@ func TestQueueSubmitRacesQuery(t *testing.T) {
 	const n = 300
 	dsts := make([]uintptr, n)
 	for i := range dsts {
-		dsts[i], err = d.Alloc(plugin.MemDevice, 128)
+		dsts[i], err = d.Alloc(MemDevice, 128)
 		require.NoError(t, err)
 	}
 	stop := make(chan struct{})
@@ -379,11 +379,11 @@ func BenchmarkSubmit(b *testing.B) {
 			defer d.close()
 			q, err := d.NewQueue()
 			require.NoError(b, err)
-			dst, err := d.Alloc(plugin.MemDevice, 64)
+			dst, err := d.Alloc(MemDevice, 64)
 			require.NoError(b, err)
 			src := hostMem(b, 64)
 			if mode == "pinned" {
-				src, err = d.Alloc(plugin.MemHost, 64)
+				src, err = d.Alloc(MemHost, 64)
 				require.NoError(b, err)
 			}
 			for b.Loop() {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const tensorChildEnv = "OMPALLOC_TARGET_TENSOR_CHILD"
@@ -73,7 +72,7 @@ func tensorPool(t *testing.T, d *Device) {
 	t.Cleanup(func() { require.NoError(t, q.Close()) })
 	p, err := d.PoolAlloc(1<<20, q)
 	require.NoError(t, err)
-	arr, err := ArrayOf[byte](Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: 1 << 20})
+	arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: 1 << 20})
 	require.NoError(t, err)
 	src := make([]byte, 1<<20)
 	src[1<<20-1] = 5
@@ -183,10 +182,10 @@ func returns(t *testing.T, release func(), what string, f func() error) {
 // still pending, so those checks hold on a host of any speed.
 func tensorEvents(t *testing.T, a, b *Device) {
 	const chunks, n = 40, 40 << 16
-	bufA, err := AllocArray[byte](a, plugin.MemDevice, n)
+	bufA, err := AllocArray[byte](a, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, bufA.Free()) })
-	bufB, err := AllocArray[byte](b, plugin.MemDevice, n)
+	bufB, err := AllocArray[byte](b, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, bufB.Free()) })
 	qa, err := a.NewQueue()
@@ -309,7 +308,7 @@ func tensorPin(t *testing.T) {
 		require.True(t, d.pinned(uintptr(unsafe.Pointer(&xs[0])), 1<<20))
 
 		// A queued copy reads the pinned Go memory late, with no staging.
-		buf, err := AllocArray[float32](d, plugin.MemDevice, len(xs))
+		buf, err := AllocArray[float32](d, MemDevice, len(xs))
 		require.NoError(t, err)
 		q, err := d.NewQueue()
 		require.NoError(t, err)
@@ -335,7 +334,7 @@ func tensorPin(t *testing.T) {
 		ys := make([]float32, 1<<14)
 		h, err := Pin(ys, dev)
 		require.NoError(t, err)
-		buf, err := AllocArray[float32](d, plugin.MemDevice, len(ys))
+		buf, err := AllocArray[float32](d, MemDevice, len(ys))
 		require.NoError(t, err)
 		want := make([]float32, len(ys))
 		for i := range want {
@@ -365,7 +364,7 @@ func tensorPin(t *testing.T) {
 		require.NoError(t, err, "%v", d)
 		h2, err := Pin(small[32:48], dev)
 		require.NoError(t, err, "%v: a second small slice in the page", d)
-		buf, err := AllocArray[float32](d, plugin.MemDevice, 16)
+		buf, err := AllocArray[float32](d, MemDevice, 16)
 		require.NoError(t, err)
 		want := make([]float32, 16)
 		for i := range want {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
-	"github.com/ompalloc/ompalloc/loader"
-	"github.com/ompalloc/ompalloc/target/plugin"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // bounceChunk is the size of each of the two pinned buffers of a copy
@@ -187,7 +187,7 @@ func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("memcpy of %d bytes from device %d to device %d: %s: %w", n, sd.ID, dd.ID, what, err)
 	}
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return fail("bounce buffers", err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // Array is Len elements of T in memory of a device: a typed view of a
@@ -26,7 +25,7 @@ type Array[T any] struct {
 // driver (Device.Alloc). For device memory made and dropped in a loop, take
 // it from the device's pool with PoolArray: cuMemAlloc/cuMemFree
 // synchronize the device.
-func AllocArray[T any](d *Device, kind plugin.MemKind, n int) (Array[T], error) {
+func AllocArray[T any](d *Device, kind MemKind, n int) (Array[T], error) {
 	typ, sz, err := elemType[T]()
 	if err != nil {
 		return Array[T]{}, fmt.Errorf("%v: %w", d, err)
@@ -64,7 +63,7 @@ func poolArray[T any](d *Device, n int, sz uintptr, q *Queue) (Array[T], error) 
 	if err != nil {
 		return Array[T]{}, err
 	}
-	return Array[T]{m: Memory{Device: d, Kind: plugin.MemDevice, Addr: p, Size: size, pool: true}}, nil
+	return Array[T]{m: Memory{Device: d, Kind: MemDevice, Addr: p, Size: size, pool: true}}, nil
 }
 
 // FreeOn frees the array in q's order: the work issued on q so far may

@@ -7,22 +7,20 @@ import (
 	"weak"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 func TestArrayChecks(t *testing.T) {
 	_, d := withFake(t, 0)
-	_, err := AllocArray[*int](d, plugin.MemDevice, 4)
+	_, err := AllocArray[*int](d, MemDevice, 4)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "holds Go pointers")
-	_, err = AllocArray[float32](d, plugin.MemDevice, 0)
+	_, err = AllocArray[float32](d, MemDevice, 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = ArrayOf[float64](Memory{Device: d, Addr: 4096, Size: 12})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "not a whole number of 8-byte elements")
 
-	a, err := AllocArray[int32](d, plugin.MemDevice, 100)
+	a, err := AllocArray[int32](d, MemDevice, 100)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Free()) })
 	require.Equal(t, 100, a.Len())
@@ -59,9 +57,9 @@ func TestTypedRoundTrip(t *testing.T) {
 			for i := range xs {
 				xs[i] = float64(i) / 3
 			}
-			a, err := AllocArray[float64](d, plugin.MemDevice, n)
+			a, err := AllocArray[float64](d, MemDevice, n)
 			require.NoError(t, err)
-			b, err := AllocArray[float64](d, plugin.MemDevice, n)
+			b, err := AllocArray[float64](d, MemDevice, n)
 			require.NoError(t, err)
 			q, err := d.NewQueue()
 			require.NoError(t, err)
@@ -95,7 +93,7 @@ func TestTypedRoundTrip(t *testing.T) {
 func TestQueuedCopyKeepsGoMemory(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 1 << 20 // above the staging threshold: the copy reads the slice itself
-	a, err := AllocArray[byte](d, plugin.MemDevice, n)
+	a, err := AllocArray[byte](d, MemDevice, n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Free()) })
 	q, err := d.NewQueue()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const unavailableChildEnv = "OMPALLOC_TARGET_UNAVAILABLE_CHILD"
@@ -60,7 +59,7 @@ func TestUnavailableDeviceChild(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 	check(bad.Open())
-	_, err = bad.Alloc(plugin.MemDevice, 64)
+	_, err = bad.Alloc(MemDevice, 64)
 	check(err)
 	_, err = bad.NewQueue()
 	check(err)
@@ -71,9 +70,9 @@ func TestUnavailableDeviceChild(t *testing.T) {
 
 	d0, err := Get(0)
 	require.NoError(t, err)
-	p0, err := d0.Alloc(plugin.MemDevice, 64)
+	p0, err := d0.Alloc(MemDevice, 64)
 	require.NoError(t, err)
-	require.NoError(t, d0.Free(plugin.MemDevice, p0))
+	require.NoError(t, d0.Free(MemDevice, p0))
 	require.Equal(t, 1, refs(0))
 	require.Zero(t, refs(2), "using GPU 0 takes nothing on GPU 2")
 
@@ -82,9 +81,9 @@ func TestUnavailableDeviceChild(t *testing.T) {
 		d, err := Get(dev)
 		require.NoError(t, err)
 		require.NoError(t, d.Open())
-		p, err := d.Alloc(plugin.MemDevice, 1<<20)
+		p, err := d.Alloc(MemDevice, 1<<20)
 		require.NoError(t, err)
-		defer func() { require.NoError(t, d.Free(plugin.MemDevice, p)) }()
+		defer func() { require.NoError(t, d.Free(MemDevice, p)) }()
 		bufs = append(bufs, p)
 	}
 	fill(h, 1<<20, 77)

@@ -9,11 +9,10 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -97,7 +96,7 @@ func lockSizeSection(c *benchConfig) *benchSection {
 	bufLen := uintptr(maxOf(sizes))
 	var buf uintptr
 	s.setup = func() error {
-		lc, err := loader.C()
+		lc, err := dl.C()
 		if err != nil {
 			return err
 		}
@@ -108,7 +107,7 @@ func lockSizeSection(c *benchConfig) *benchSection {
 		return nil
 	}
 	s.teardown = func() {
-		if lc, err := loader.C(); err == nil && buf != 0 {
+		if lc, err := dl.C(); err == nil && buf != 0 {
 			_ = lc.Unmap(buf, bufLen)
 		}
 	}
@@ -168,7 +167,7 @@ func lockRegionsSection(c *benchConfig) *benchSection {
 		if d, err = target.Get(target.InitialDevice()); err != nil {
 			return err
 		}
-		lc, err := loader.C()
+		lc, err := dl.C()
 		if err != nil {
 			return err
 		}
@@ -180,7 +179,7 @@ func lockRegionsSection(c *benchConfig) *benchSection {
 		for i := int64(0); i < locked; i++ {
 			_ = d.UnlockMem(buf + uintptr(i)*regionBytes)
 		}
-		if lc, err := loader.C(); err == nil && buf != 0 {
+		if lc, err := dl.C(); err == nil && buf != 0 {
 			_ = lc.Unmap(buf, bufLen)
 		}
 	}
@@ -277,11 +276,11 @@ func (t *transferBuffers) host(series string) (uintptr, error) {
 
 func (t *transferBuffers) setup() error {
 	t.errs = map[string]error{}
-	lc, err := loader.C()
+	lc, err := dl.C()
 	if err != nil {
 		return err
 	}
-	if t.dev, err = t.d.Alloc(plugin.MemDevice, t.n); err != nil {
+	if t.dev, err = t.d.Alloc(target.MemDevice, t.n); err != nil {
 		return err
 	}
 	if t.d.IsHost() {
@@ -384,7 +383,7 @@ func (t *transferBuffers) teardown() {
 	if t.peak != nil {
 		_ = t.peak.close()
 	}
-	lc, _ := loader.C()
+	lc, _ := dl.C()
 	if t.pinBlk != 0 {
 		_ = t.pin.Free(cmem.Ptr(t.pinBlk))
 	}
@@ -402,7 +401,7 @@ func (t *transferBuffers) teardown() {
 		}
 	}
 	if t.dev != 0 {
-		_ = t.d.Free(plugin.MemDevice, t.dev)
+		_ = t.d.Free(target.MemDevice, t.dev)
 	}
 }
 

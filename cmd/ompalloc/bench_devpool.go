@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // devAllocSize is the block of the device_alloc group: 1 MiB, a typical
@@ -38,11 +37,11 @@ func deviceAllocSection(d *target.Device, rep *BenchDevice) *benchSection {
 							}
 							continue
 						}
-						p, err := d.Alloc(plugin.MemDevice, devAllocSize)
+						p, err := d.Alloc(target.MemDevice, devAllocSize)
 						if err != nil {
 							return err
 						}
-						if err := d.Free(plugin.MemDevice, p); err != nil {
+						if err := d.Free(target.MemDevice, p); err != nil {
 							return err
 						}
 					}

@@ -18,9 +18,9 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 var (
@@ -119,8 +119,8 @@ var (
 
 func mallocFuncs() (malloc, free uintptr, err error) {
 	libcMallocOnce.Do(func() {
-		var l *loader.Library
-		if l, libcMallocErr = loader.Open(loader.Spec{Name: "libc", Candidates: []string{"libc.so.6", "/usr/lib/libSystem.B.dylib"}}); libcMallocErr != nil {
+		var l *dl.Library
+		if l, libcMallocErr = dl.Open(dl.Spec{Name: "libc", Candidates: []string{"libc.so.6", "/usr/lib/libSystem.B.dylib"}}); libcMallocErr != nil {
 			return
 		}
 		if libcMalloc, libcMallocErr = l.Sym("malloc"); libcMallocErr != nil {

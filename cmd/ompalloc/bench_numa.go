@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -80,7 +80,7 @@ func pinHugeSection(c *benchConfig) (s *benchSection, skip *BenchSkip) {
 	for _, series := range series {
 		s.cases = append(s.cases, &benchCase{group: "pin_huge", series: series, size: int64(n),
 			run: func(budget time.Duration) (float64, int, error) {
-				lc, err := loader.C()
+				lc, err := dl.C()
 				if err != nil {
 					return 0, 0, err
 				}
@@ -110,7 +110,7 @@ func pinHugeSection(c *benchConfig) (s *benchSection, skip *BenchSkip) {
 
 // pinHugeMap maps the region of one pin_huge series; it returns the bytes
 // mapped (tlbN for hugetlb).
-func pinHugeMap(lc *loader.LibC, series string, n, tlbN uintptr) (uintptr, uintptr, error) {
+func pinHugeMap(lc *dl.LibC, series string, n, tlbN uintptr) (uintptr, uintptr, error) {
 	if series == "hugetlb" {
 		p, err := numa.MapHugeTLB(tlbN, numa.HugeTLBPage)
 		return p, tlbN, err

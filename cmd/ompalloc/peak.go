@@ -7,10 +7,10 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
-	"github.com/ompalloc/ompalloc/target/cuda"
+	"github.com/ompalloc/ompalloc/internal/plugin/cuda"
 )
 
 // peakSeries is the transfer series measured straight through the driver,
@@ -20,10 +20,10 @@ const peakSeries = "driver peak"
 // cudaPeak measures what the CUDA driver itself reaches: a buffer from
 // cuMemAllocHost copied with cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a
 // stream of its own, synchronized after each copy, as a CUDA program that
-// owns its pinned memory would. It binds the library target/cuda loaded
+// owns its pinned memory would. It binds the library internal/plugin/cuda loaded
 // (the same file, so the same handle) and works in the primary context of
-// the device (where target/cuda allocated the device buffer), retained for
-// its own use. Like target/cuda it borrows the thread with
+// the device (where internal/plugin/cuda allocated the device buffer), retained for
+// its own use. Like internal/plugin/cuda it borrows the thread with
 // cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2, so the caller's context stack is
 // as it was afterwards.
 type cudaPeak struct {
@@ -40,7 +40,7 @@ const cuStreamNonBlocking = 1
 // device buffer of CUDA device ord (its OpenMP number: CUDA's come first),
 // on NUMA node node (-1: wherever the driver puts them).
 func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
-	lib, err := loader.Open(cuda.Spec)
+	lib, err := dl.Open(cuda.Spec)
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // The transfer buffers are placed on the device's node before their pages
@@ -17,7 +17,7 @@ func TestPlaceOnNodeAndReadBack(t *testing.T) {
 		require.Contains(t, nodesOf(0, 4096), "unknown")
 		t.Skip("no memory policies here (kernel without CONFIG_NUMA, or qemu-user)")
 	}
-	lc, err := loader.C()
+	lc, err := dl.C()
 	require.NoError(t, err)
 	const n = 1 << 20
 	for _, id := range numa.System().IDs() {

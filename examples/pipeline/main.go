@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 const (
@@ -108,7 +107,7 @@ func run(ctx context.Context, d *target.Device, buffers int, compute *target.Que
 // back to back on an idle queue, between two events. It returns 0 where
 // the driver times no events.
 func peak(ctx context.Context, d *target.Device) (time.Duration, error) {
-	host, err := d.AllocMemory(plugin.MemHost, elems*4)
+	host, err := d.AllocMemory(target.MemHost, elems*4)
 	if err != nil {
 		return 0, err
 	}
@@ -116,7 +115,7 @@ func peak(ctx context.Context, d *target.Device) (time.Duration, error) {
 	if err != nil {
 		return 0, errors.Join(err, host.Free())
 	}
-	dst, err := target.AllocArray[float32](d, plugin.MemDevice, elems)
+	dst, err := target.AllocArray[float32](d, target.MemDevice, elems)
 	if err != nil {
 		return 0, errors.Join(err, host.Free())
 	}
@@ -165,7 +164,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	out, err := target.AllocArray[float32](d, plugin.MemDevice, elems)
+	out, err := target.AllocArray[float32](d, target.MemDevice, elems)
 	if err != nil {
 		log.Fatal(err)
 	}

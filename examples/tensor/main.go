@@ -17,7 +17,6 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -66,11 +65,11 @@ func main() {
 	}
 	fmt.Printf("device: %v\n", d)
 
-	devX, err := target.AllocArray[float32](d, plugin.MemDevice, len(x.Data))
+	devX, err := target.AllocArray[float32](d, target.MemDevice, len(x.Data))
 	if err != nil {
 		log.Fatal(err)
 	}
-	devParams, err := target.AllocArray[int32](d, plugin.MemDevice, 16)
+	devParams, err := target.AllocArray[int32](d, target.MemDevice, 16)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 // Array.FreeOn), the explicit record of work ompalloc did not issue
 // (Queue.RecordUse), a slice form of FreeAfter (alloc.FreeSliceAfter) and
 // the vendor-neutral plugin.ErrOutOfMemory.
-const maxPublicNames = 712
+const maxPublicNames = 562
 
 // publicNames counts, for every public package of the module (not under
 // internal/ or testdata/, not a main package, not a module of its own), the

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/internal/dl"
 )
 
 // granuleSource maps every region alone in a whole granule and remembers
@@ -16,7 +16,7 @@ type granuleSource struct {
 }
 
 func (s *granuleSource) Acquire(n, align uintptr) (uintptr, error) {
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return 0, err
 	}
@@ -30,7 +30,7 @@ func (s *granuleSource) Acquire(n, align uintptr) (uintptr, error) {
 }
 
 func (s *granuleSource) Release(p, n uintptr) error {
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return err
 	}

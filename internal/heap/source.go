@@ -1,8 +1,8 @@
 package heap
 
 import (
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/fault"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // MapSource maps anonymous memory through libc's mmap: the C heap's own
@@ -14,7 +14,7 @@ func (MapSource) Acquire(n, align uintptr) (uintptr, error) {
 	if err := fault.Check(fault.HeapAcquire); err != nil {
 		return 0, err
 	}
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return 0, err
 	}
@@ -23,7 +23,7 @@ func (MapSource) Acquire(n, align uintptr) (uintptr, error) {
 
 // Release unmaps [p, p+n).
 func (MapSource) Release(p, n uintptr) error {
-	c, err := loader.C()
+	c, err := dl.C()
 	if err != nil {
 		return err
 	}

@@ -8,12 +8,12 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/hugetest"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -38,7 +38,7 @@ func TestConsistentSeesVmLckDisagree(t *testing.T) {
 
 	host, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	buf, err := c.Map(4 * 4096)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestConsistentWithHugeTLBPages(t *testing.T) {
 	require.NoError(t, err)
 	cmem.Bytes(q, 1)[0] = 1 // fault the page in
 	require.ErrorContains(t, base.Consistent(), "HugetlbPages is")
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	require.NoError(t, c.Unmap(q, numa.HugeTLBPage))
 	require.NoError(t, base.Consistent())

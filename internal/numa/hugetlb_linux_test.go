@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/hugetest"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // kernelPageKiB is the KernelPageSize of the mapping starting at p.
@@ -42,7 +42,7 @@ func kernelPageKiB(t *testing.T, p uintptr) int {
 
 func TestMapHugeTLB(t *testing.T) {
 	hugetest.Need(t, 4)
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	for _, tc := range []struct{ n, align uintptr }{
 		{2 << 20, 2 << 20}, {4 << 20, 4 << 20}, {2 << 20, 64 << 20}, {6 << 20, 4 << 20},

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // A thread policy places the pages the thread faults in, and restore puts
@@ -24,7 +24,7 @@ func TestSetThreadPolicy(t *testing.T) {
 	if n, ok := numa.System().Node(node); !ok || n.MemTotal == 0 {
 		t.Skipf("node %d has no memory", node)
 	}
-	lc, err := loader.C()
+	lc, err := dl.C()
 	require.NoError(t, err)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -9,14 +9,14 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/internal/hooks"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/kmp"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -36,7 +36,7 @@ func openFakeCUDA(t *testing.T) fakeCUDA {
 	t.Helper()
 	path := os.Getenv("OMPALLOC_CUDA_LIBRARY")
 	require.NotEmpty(t, path)
-	lib, err := loader.Open(loader.Spec{Name: "fake CUDA driver", Candidates: []string{path}})
+	lib, err := dl.Open(dl.Spec{Name: "fake CUDA driver", Candidates: []string{path}})
 	require.NoError(t, err)
 	var f fakeCUDA
 	f.live, err = lib.Sym("fakecuda_live")

@@ -9,13 +9,13 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/loader"
+	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -26,7 +26,7 @@ func openFakeHSA(t *testing.T) fakeHSA {
 	t.Helper()
 	path := os.Getenv("OMPALLOC_HSA_LIBRARY")
 	require.NotEmpty(t, path)
-	lib, err := loader.Open(loader.Spec{Name: "fake HSA runtime", Candidates: []string{path}})
+	lib, err := dl.Open(dl.Spec{Name: "fake HSA runtime", Candidates: []string{path}})
 	require.NoError(t, err)
 	fn, err := lib.Sym("fakehsa_count")
 	require.NoError(t, err)

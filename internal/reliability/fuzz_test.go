@@ -12,8 +12,8 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -47,7 +47,7 @@ func fuzzSetup(t testing.TB) {
 		fuzzAllocs[1] = mk(alloc.WithAlignment(64), alloc.WithFallback(traits.NullFb))
 		fuzzAllocs[2] = mk(alloc.WithPoolSize(fuzzPool), alloc.WithFallback(traits.NullFb))
 		fuzzAlign = [3]uintptr{16, 64, 16}
-		c, err := loader.C()
+		c, err := dl.C()
 		if err != nil {
 			panic(err)
 		}

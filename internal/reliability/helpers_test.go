@@ -15,8 +15,8 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/leakcheck"
-	"github.com/ompalloc/ompalloc/loader"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -85,7 +85,7 @@ func bytesAt(p unsafe.Pointer, n uintptr) []byte { return cmem.Bytes(uintptr(p),
 // allocate (foreign to it).
 func hostBuf(t testing.TB, n uintptr) uintptr {
 	t.Helper()
-	c, err := loader.C()
+	c, err := dl.C()
 	require.NoError(t, err)
 	p, err := c.Map(n)
 	require.NoError(t, err)

@@ -174,7 +174,7 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	require.NoError(t, err)
 	require.Len(t, strings.Split(strings.TrimSpace(string(tests)), "\n"), 7, "one line per package:\n%s", tests)
 	// The fake-driver tests need a compiler, which the host lacks: they
-	// skip and say so; target/cuda's real-driver test runs on the "real"
+	// skip and say so; internal/plugin/cuda's real-driver test runs on the "real"
 	// library, here the fake.
 	cuda, err := os.ReadFile(filepath.Join(resOut, "test-target_cuda.log"))
 	require.NoError(t, err)

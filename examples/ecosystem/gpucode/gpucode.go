@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/target/plugin"
 )
 
 // RoundTrip uploads xs to device memory of d on a queue of its own, copies
@@ -21,12 +20,12 @@ func RoundTrip(d *target.Device, xs []float32) (out []float32, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, q.Close()) }()
-	in, err := target.AllocArray[float32](d, plugin.MemDevice, len(xs))
+	in, err := target.AllocArray[float32](d, target.MemDevice, len(xs))
 	if err != nil {
 		return nil, fmt.Errorf("gpucode: input: %w", err)
 	}
 	defer func() { err = errors.Join(err, in.Free()) }()
-	res, err := target.AllocArray[float32](d, plugin.MemDevice, len(xs))
+	res, err := target.AllocArray[float32](d, target.MemDevice, len(xs))
 	if err != nil {
 		return nil, fmt.Errorf("gpucode: result: %w", err)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/ebitengine/purego"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/numa"
-	"github.com/ompalloc/ompalloc/loader"
 )
 
 // Schema names the JSON layout.
@@ -316,7 +316,7 @@ func cString(p uintptr) string {
 // hostBuf maps n bytes of pageable memory, placed on node when node >= 0
 // (MPOL_BIND, before the pages are faulted in), and touched.
 func hostBuf(n uintptr, node int) (uintptr, func(), error) {
-	lc, err := loader.C()
+	lc, err := dl.C()
 	if err != nil {
 		return 0, nil, err
 	}

@@ -1,0 +1,7 @@
+package dl
+
+const (
+	libcPath     = "libc.so.6"
+	errnoSymbol  = "__errno_location"
+	madvDontNeed = 4
+)

@@ -1,7 +1,0 @@
-package loader
-
-const (
-	libcPath     = "/usr/lib/libSystem.B.dylib"
-	errnoSymbol  = "__error"
-	madvDontNeed = 4
-)

@@ -1,7 +1,0 @@
-package loader
-
-const (
-	libcPath     = "libc.so.6"
-	errnoSymbol  = "__errno_location"
-	madvDontNeed = 4
-)

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"testing"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 )
 
 func newTestHeap(t testing.TB) *Heap {
@@ -187,7 +186,7 @@ func TestRSSReturnsAfterTrim(t *testing.T) {
 	if pcpu.RaceEnabled {
 		t.Skip("the race detector's shadow memory moves RSS")
 	}
-	if why, ok := underEmulator(); ok {
+	if why, ok := testenv.Emulated(); ok {
 		t.Skip(why)
 	}
 	h := newTestHeap(t)
@@ -381,21 +380,4 @@ func TestInteriorPointerOverStaleHeader(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Free(q)
 	require.ErrorIs(t, err, ErrDoubleFree)
-}
-
-// underEmulator reports whether the kernel lists mappings this process
-// cannot see in /proc/self/maps, as under qemu-user (CI's arm64 stage),
-// which answers that file with the guest's mappings alone: the emulator's
-// own memory (its translation cache) then moves VmRSS by megabytes.
-func underEmulator() (string, bool) {
-	self, err1 := os.ReadFile("/proc/self/maps")
-	kernel, err2 := os.ReadFile("/proc/thread-self/maps")
-	if err1 != nil || err2 != nil {
-		return "", false
-	}
-	s, k := strings.Count(string(self), "\n"), strings.Count(string(kernel), "\n")
-	if k > s+16 {
-		return fmt.Sprintf("under an emulator (the kernel lists %d mappings, /proc/self/maps shows %d): its own memory moves RSS", k, s), true
-	}
-	return "", false
 }

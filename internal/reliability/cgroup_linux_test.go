@@ -18,6 +18,7 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cgroup"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -35,7 +36,7 @@ func TestCgroupPinLimit(t *testing.T) {
 	if os.Geteuid() != 0 || !procstatus.HasCapIPCLock() {
 		t.Skip("needs root with CAP_IPC_LOCK: to make a cgroup, and so that RLIMIT_MEMLOCK does not bind (the case of the issue)")
 	}
-	if why, ok := emulated(); ok {
+	if why, ok := testenv.Emulated(); ok {
 		t.Skip(why + ": the cgroup would be charged for it")
 	}
 	dir, version, why := newMemoryCgroup(t)
@@ -239,21 +240,4 @@ func hasOpt(opts, w string) bool {
 		}
 	}
 	return false
-}
-
-// emulated reports whether the kernel lists mappings this process cannot
-// see in /proc/self/maps, as under qemu-user, which answers that file with
-// the guest's mappings alone (/proc/thread-self/maps is the kernel's list):
-// the emulator's own memory is then the process's too.
-func emulated() (string, bool) {
-	self, err1 := os.ReadFile("/proc/self/maps")
-	kernel, err2 := os.ReadFile("/proc/thread-self/maps")
-	if err1 != nil || err2 != nil {
-		return "", false
-	}
-	s, k := strings.Count(string(self), "\n"), strings.Count(string(kernel), "\n")
-	if k > s+16 {
-		return fmt.Sprintf("under an emulator (the kernel lists %d mappings, /proc/self/maps shows %d): its own memory counts too", k, s), true
-	}
-	return "", false
 }

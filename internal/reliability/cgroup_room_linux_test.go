@@ -18,6 +18,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -153,7 +154,7 @@ func cgroupBase(t *testing.T) (string, int) {
 	if os.Geteuid() != 0 || !procstatus.HasCapIPCLock() {
 		t.Skip("needs root with CAP_IPC_LOCK: to make cgroups, and so that RLIMIT_MEMLOCK does not bind (the case of the issue)")
 	}
-	if why, ok := emulated(); ok {
+	if why, ok := testenv.Emulated(); ok {
 		t.Skip(why + ": the cgroup would be charged for it")
 	}
 	var reasons []string

@@ -42,7 +42,7 @@ func TestHeldFragmentationAgainstGlibc(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector's shadow memory is resident too")
 	}
-	if why, ok := emulated(); ok {
+	if why, ok := testenv.Emulated(); ok {
 		t.Skip(why + " (its translated code is resident in each process)")
 	}
 	cc := os.Getenv("CC")

@@ -19,6 +19,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/leakcheck"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
+	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
@@ -78,7 +79,7 @@ func TestHeldRlimitsChild(t *testing.T) {
 	// RLIMIT_AS down to what is mapped now plus 256 MiB: a 1 GiB block is
 	// an error, small ones still work. (qemu-user keeps RLIMIT_AS for
 	// itself: the guest's setrlimit of it changes nothing.)
-	if why, ok := emulated(); ok {
+	if why, ok := testenv.Emulated(); ok {
 		t.Log("RLIMIT_AS part skipped " + why)
 	} else {
 		lowerAddressSpace(t, pin)

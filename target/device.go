@@ -37,7 +37,7 @@ type Device struct {
 	reg     *pinreg.Registry
 	pool    *stagingPool
 	devpool *devPool // cached device memory (devpool.go)
-	mem     devMem   // the books of device memory handed out (memstats.go)
+	mem     *devMem  // the books of device memory handed out (memstats.go)
 	mapMode pinreg.MapMode
 
 	infoOnce sync.Once
@@ -54,11 +54,13 @@ type Device struct {
 
 func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinreg.MapMode) *Device {
 	opener, _ := impl.(plugin.Opener)
+	mem := new(devMem)
 	return &Device{
 		ID: id, impl: impl, opener: opener, plugin: pluginName, host: host,
 		reg:     pinreg.New(impl),
 		pool:    newStagingPool(impl, cfg),
-		devpool: newDevPool(),
+		devpool: newDevPool(mem),
+		mem:     mem,
 		mapMode: mode,
 		allocs:  map[uintptr]MemKind{},
 		queues:  map[*Queue]struct{}{},

@@ -63,21 +63,35 @@ var ErrPoolLimit = errors.New("device pool limit reached")
 // PoolStats describes a device's memory pool, as torch.cuda.memory_stats
 // does: bytes reserved from the driver against bytes handed out.
 //
-// With the driver's pool (DriverPool), Reserved and InUse are the driver's
-// own figures (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, USED_MEM_CURRENT, read
-// when PoolStats is called) plus those of blocks the size-class cache still
+// Hits and Misses count the allocations of every kind of pool (PyTorch's
+// segment reuse against cudaMalloc calls, CuPy's cache hits):
+//   - the size-class cache (HSA, CUDA drivers without a stream-ordered
+//     allocator): a hit is an allocation served by a cached free block, a
+//     miss one that asked the driver for memory (one hsa_amd_memory_pool_allocate
+//     or cuMemAlloc each);
+//   - the driver's stream-ordered pool (DriverPool): a miss is an allocation
+//     after which the pool's reserved bytes (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+//     read after each allocation) exceeded what they were before it: the
+//     driver reserved more; a hit is one served from memory the pool had
+//     reserved already, a block freed before or the unused rest of what the
+//     driver reserved in its own granularity. With a limit set the driver
+//     may give memory back at another thread's synchronization during an
+//     allocation, which can make that miss count as a hit.
+//
+// With the driver's pool, Reserved and InUse are the driver's own figures
+// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, USED_MEM_CURRENT, read when
+// PoolStats is called) plus those of blocks the size-class cache still
 // holds from before the driver's pool could be made; Allocs counts the
-// allocations, and the fields of the size-class cache (FreeBlocks, Waiting,
-// Hits, Misses, Released) count only its own blocks: the driver does not
-// say.
+// allocations, and FreeBlocks, Waiting and Released count only the size-class
+// cache's blocks: the driver does not say.
 type PoolStats struct {
 	Reserved   uintptr // bytes of device memory the pool holds (in use and free)
 	InUse      uintptr // bytes of the blocks handed out (rounded to their size class)
 	FreeBlocks int     // cached blocks, ready or waiting for their queue's work
 	Waiting    int     // cached blocks not yet reusable by every queue
 	Limit      uintptr // 0: no limit
-	Hits       uint64  // allocations served from the cache
-	Misses     uint64  // allocations that asked the driver
+	Hits       uint64  // allocations served from memory the pool held already
+	Misses     uint64  // allocations for which the pool reserved more from the driver
 	Released   uint64  // blocks given back to the driver (trim, limit, bound, out of memory)
 	DriverPool bool    // the driver's stream-ordered allocator serves the device
 	Allocs     uint64  // allocations (hits and misses, or the driver pool's)
@@ -121,8 +135,11 @@ type devPool struct {
 	live     map[uintptr]*liveBlock  // handed-out blocks, cache's and driver pool's
 	starts   []uintptr               // the live blocks' addresses, sorted: a copy into part of one finds it
 	st       PoolStats               // the size-class cache's figures
+	pending  uintptr                 // of st.Reserved, bytes reserved for driver calls not yet returned
 	drvInUse uintptr                 // bytes the driver's pool handed out
+	drvRes   uint64                  // the driver pool's reserved bytes as last read
 	limit    uintptr
+	mem      *devMem      // the device's books: the reserved peak follows every change here
 	nlive    atomic.Int64 // len(live): a copy skips the lookup while 0
 
 	askMu    sync.Mutex // one request for the driver's pool at a time; never taken under mu
@@ -134,8 +151,32 @@ type devPool struct {
 	freeErrs atomic.Int64              // deferred driver-pool frees the driver refused (kept live)
 }
 
-func newDevPool() *devPool {
-	return &devPool{free: map[uintptr][]poolBlock{}, live: map[uintptr]*liveBlock{}}
+func newDevPool(mem *devMem) *devPool {
+	return &devPool{free: map[uintptr][]poolBlock{}, live: map[uintptr]*liveBlock{}, mem: mem}
+}
+
+// reservedLocked tells the device's books the pool's reserved bytes now,
+// at every change, so that PeakReserved is the true peak: the cache's
+// blocks (not those still being asked of the driver) and the driver
+// pool's last reading.
+func (pl *devPool) reservedLocked() {
+	pl.mem.setPoolReserved(uint64(pl.st.Reserved-pl.pending) + pl.drvRes)
+}
+
+// syncDriverLocked takes the driver pool's reserved bytes as it last read
+// them (after an allocation or a trim).
+func (pl *devPool) syncDriverLocked(drv plugin.MemPool) {
+	_, _, pl.drvRes = drv.Reuse()
+	pl.reservedLocked()
+}
+
+// trimDriver trims the driver's pool and takes its reserved bytes after.
+func (pl *devPool) trimDriver(drv plugin.MemPool, keep uintptr) error {
+	err := drv.Trim(keep)
+	pl.mu.Lock()
+	pl.syncDriverLocked(drv)
+	pl.mu.Unlock()
+	return err
 }
 
 // driverPool returns the driver's stream-ordered pool of d when it was
@@ -268,13 +309,17 @@ func (d *Device) cacheAlloc(n uintptr, q *Queue, asked bool) (uintptr, error) {
 		give = append(give, pl.takeReadyLocked(pl.st.Reserved-pl.st.InUse-keep)...)
 	}
 	pl.st.Reserved += c // reserved before the driver call, so that racing allocations respect the limit
+	pl.pending += c     // but not in the peak until the driver gave it
 	pl.st.Misses++
 	pl.st.Allocs++
+	pl.reservedLocked() // takeReadyLocked may have given some back
 	pl.mu.Unlock()
 	if kept, ferr := pl.giveBack(d, give); ferr != nil && pl.overLimit() {
 		// The driver refused to take back what made room under the limit.
 		pl.mu.Lock()
 		pl.st.Reserved -= c
+		pl.pending -= c
+		pl.reservedLocked()
 		pl.mu.Unlock()
 		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w: %d bytes the driver would not take back: %w", d.ID, n, ErrPoolLimit, kept, ferr)
 	}
@@ -285,12 +330,15 @@ func (d *Device) cacheAlloc(n uintptr, q *Queue, asked bool) (uintptr, error) {
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	pl.pending -= c
 	if err != nil {
 		pl.st.Reserved -= c
+		pl.reservedLocked()
 		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w", d.ID, n, err)
 	}
 	pl.addLiveLocked(p, &liveBlock{size: c})
 	pl.st.InUse += c
+	pl.reservedLocked()
 	return p, nil
 }
 
@@ -324,7 +372,7 @@ func (d *Device) releaseForRetry() {
 	pl.mu.Unlock()
 	_, _ = pl.giveBack(d, give)
 	if drv := pl.driverPool(); drv != nil {
-		_ = drv.Trim(0)
+		_ = pl.trimDriver(drv, 0)
 	}
 }
 
@@ -544,6 +592,7 @@ func (d *Device) PoolStats() PoolStats {
 	pl := d.devpool
 	pl.mu.Lock()
 	st := pl.st
+	st.Reserved -= pl.pending // not the driver's yet
 	st.Limit = pl.limit
 	for _, l := range pl.free {
 		st.FreeBlocks += len(l)
@@ -560,6 +609,12 @@ func (d *Device) PoolStats() PoolStats {
 			st.Reserved += uintptr(reserved)
 			st.InUse += uintptr(used)
 		}
+		hits, misses, _ := drv.Reuse()
+		st.Hits += hits
+		st.Misses += misses
+		pl.mu.Lock()
+		pl.syncDriverLocked(drv) // Stats read the reserved bytes afresh
+		pl.mu.Unlock()
 	}
 	return st
 }
@@ -586,7 +641,7 @@ func (d *Device) SetPoolLimit(n uintptr) {
 		keep := ^uint64(0)
 		if n != 0 {
 			keep = uint64(n)
-			_ = drv.Trim(n)
+			_ = pl.trimDriver(drv, n)
 		}
 		_ = drv.SetReleaseThreshold(keep)
 	}
@@ -621,7 +676,7 @@ func (d *Device) TrimPool(keep uintptr) uintptr {
 		if keep > cacheLeft {
 			k = keep - cacheLeft
 		}
-		got += driverPoolTrim(drv, k)
+		got += pl.driverPoolTrim(drv, k)
 	}
 	return got
 }
@@ -659,6 +714,9 @@ func (pl *devPool) takeReadyLocked(want uintptr) []poolBlock {
 			}
 		}
 	}
+	if got != 0 {
+		pl.reservedLocked()
+	}
 	return out
 }
 
@@ -675,6 +733,7 @@ func (pl *devPool) giveBack(d *Device, bs []poolBlock) (uintptr, error) {
 			pl.mu.Lock()
 			pl.free[b.size] = append(pl.free[b.size], b)
 			pl.st.Reserved += b.size
+			pl.reservedLocked()
 			pl.mu.Unlock()
 			continue
 		}
@@ -709,7 +768,8 @@ func (pl *devPool) closePool(impl plugin.Impl) {
 	}
 	pl.free, pl.live, pl.starts = map[uintptr][]poolBlock{}, map[uintptr]*liveBlock{}, nil
 	pl.nlive.Store(0)
-	pl.st.Reserved, pl.st.InUse, pl.drvInUse = 0, 0, 0
+	pl.st.Reserved, pl.st.InUse, pl.drvInUse, pl.drvRes = 0, 0, 0, 0
+	pl.reservedLocked()
 	pl.mu.Unlock()
 	if drv := pl.driverPool(); drv != nil {
 		for _, p := range drvLive {

@@ -57,6 +57,7 @@ func (d *Device) driverPoolAlloc(drv plugin.MemPool, n uintptr, q *Queue) (uintp
 	}
 	pl.addLiveLocked(p, &liveBlock{size: n, drv: true})
 	pl.st.Allocs++
+	pl.syncDriverLocked(drv) // the driver may have reserved more
 	return p, nil
 }
 
@@ -155,12 +156,12 @@ func (d *Device) freeAfterQueues(drv plugin.MemPool, p uintptr, qs []*Queue) err
 
 // driverPoolTrim trims the driver's pool to keep bytes and returns the
 // bytes it gave back (reserved before less reserved after).
-func driverPoolTrim(drv plugin.MemPool, keep uintptr) uintptr {
+func (pl *devPool) driverPoolTrim(drv plugin.MemPool, keep uintptr) uintptr {
 	before, _, err := drv.Stats()
 	if err != nil {
 		return 0
 	}
-	if drv.Trim(keep) != nil {
+	if pl.trimDriver(drv, keep) != nil {
 		return 0
 	}
 	after, _, err := drv.Stats()

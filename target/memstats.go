@@ -31,11 +31,15 @@ type MemoryStats struct {
 	// what the pool reserved, in use or cached (reserved_bytes.all.current;
 	// torch.cuda.memory_reserved).
 	Reserved uint64 `json:"reserved"`
-	// PeakReserved is the most Reserved seen since the first use or the
-	// reset (torch.cuda.max_memory_reserved): Reserved is read from the
-	// pool (with the driver's pool, from the driver) when MemoryStats, the
-	// reset or a recorded timeline asks, so the peak is that of those
-	// readings, never below PeakAllocated.
+	// PeakReserved is the most Reserved reached since the first use or the
+	// reset (torch.cuda.max_memory_reserved), followed at every change of
+	// the reservation: each direct allocation, each block the size-class
+	// cache gets from or gives back to the driver, and with the driver's
+	// pool the reserved bytes the driver reports after each allocation and
+	// trim (they grow only at an allocation). With a pool limit set, the
+	// driver may also give memory back at a synchronization, which ompalloc
+	// sees at the next reading: a direct allocation in between counts the
+	// pool at its last reading.
 	PeakReserved uint64 `json:"peak_reserved"`
 	// Allocs and Frees count the allocations and frees of device memory
 	// (allocation.all.allocated and .freed); Live is Allocs - Frees.
@@ -64,8 +68,7 @@ func (d *Device) MemoryStats() MemoryStats {
 	st := d.mem.snapshot()
 	st.Pool = d.PoolStats()
 	st.Reserved = st.Direct + uint64(st.Pool.Reserved)
-	d.mem.seenReserved(st.Reserved)
-	st.PeakReserved = max(st.PeakReserved, st.Reserved)
+	st.PeakReserved = max(d.mem.peakReserved(), st.Reserved) // PoolStats took the driver's reading: the same unless a block came meanwhile
 	st.Staging = uint64(d.StagingStats().PoolBytes)
 	st.Free, st.Total, _ = d.MemGetInfo()
 	return st
@@ -117,7 +120,8 @@ type devMem struct {
 	live      map[uintptr]memBlock
 	bytes     [2]uint64 // live bytes by path
 	peak      uint64    // the most bytes live
-	peakRes   uint64    // the most reserved bytes seen at an allocation
+	poolRes   uint64    // the device pool's reserved bytes (devPool.reservedLocked keeps it current)
+	peakRes   uint64    // the most reserved bytes: direct bytes + poolRes
 	allocs    uint64
 	frees     uint64
 	freed     map[uintptr]memPath // recently freed addresses, for the double-free message
@@ -147,7 +151,7 @@ func (m *devMem) alloc(p, n uintptr, path memPath) (allocated uint64) {
 	m.allocs++
 	cur := m.bytes[pathDirect] + m.bytes[pathPool]
 	m.peak = max(m.peak, cur)
-	m.peakRes = max(m.peakRes, cur)
+	m.peakRes = max(m.peakRes, m.bytes[pathDirect]+m.poolRes)
 	return cur
 }
 
@@ -183,11 +187,19 @@ func (m *devMem) free(p uintptr, path memPath) (size uintptr, allocated uint64, 
 	return b.size, m.bytes[pathDirect] + m.bytes[pathPool], true
 }
 
-// seenReserved raises the reserved peak to r.
-func (m *devMem) seenReserved(r uint64) {
+// setPoolReserved takes the pool's reserved bytes now and raises the
+// reserved peak to match.
+func (m *devMem) setPoolReserved(r uint64) {
 	m.mu.Lock()
-	m.peakRes = max(m.peakRes, r)
+	m.poolRes = r
+	m.peakRes = max(m.peakRes, m.bytes[pathDirect]+r)
 	m.mu.Unlock()
+}
+
+func (m *devMem) peakReserved() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peakRes
 }
 
 // lastFreedSize is the size of the block freed last at p.

@@ -44,4 +44,10 @@ type MemPool interface {
 	// are reserved (cuMemPoolTrimTo); memory whose free has not completed
 	// stays.
 	Trim(keep uintptr) error
+
+	// Reuse reports, without a driver call, the allocations so far that
+	// the pool served from memory it had reserved already (hits) and those
+	// for which it reserved more from the device (misses), and the bytes
+	// reserved as read after the latest allocation, trim or Stats.
+	Reuse() (hits, misses, reserved uint64)
 }

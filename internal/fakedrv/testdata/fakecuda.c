@@ -120,6 +120,9 @@
  *   long fakecuda_pool_misuse(void)        copies that touched pool memory before
  *                                          its allocation or after its free
  *                                          completed on the device
+ *   long fakecuda_pool_allocs(int reused)  pool allocations served by a block
+ *                                          the pool held already (1) or by a
+ *                                          block newly reserved (0)
  *   int  fakecuda_ctx_refs(int dev)        references on dev's primary context
  *   long fakecuda_used(int dev)            bytes of dev's memory in use: cuMemAlloc
  *                                          blocks and what its pools reserved
@@ -2390,8 +2393,20 @@ struct fake_pool {
 static struct fake_pool *g_pools;
 static struct fake_pool *g_default_pool[MAX_DEVICES];
 static long g_pool_misuse;
+/* Pool allocations served by a block the pool held already (reused) and by
+   a new block the pool reserved from the device (new): the fake's own
+   count of what ompalloc reports as the pool's hits and misses. Test hook
+   fakecuda_pool_allocs(reused), not in the real library. */
+static long g_pool_allocs[2];
 
 static int pools_supported(void) { return env_long("FAKECUDA_NO_MEMPOOLS", 0) ? 0 : 1; }
+
+API long fakecuda_pool_allocs(int reused) {
+	pthread_mutex_lock(&g_mu);
+	long n = g_pool_allocs[reused != 0];
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
 
 API long fakecuda_pool_misuse(void) {
 	pthread_mutex_lock(&g_mu);
@@ -2857,12 +2872,14 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t n, struct fake_pool *pool, 
 				o->dep_seq = b->frees;
 			}
 	}
+	g_pool_allocs[got != NULL]++; /* undone below if the new block cannot be had */
 	if (!got) {
 		int dev = pool->dev;
 		void *back = sz <= g_mem - g_used[dev] ? malloc(sz) : NULL;
 		got = back ? calloc(1, sizeof *got) : NULL;
 		struct region *reg = got ? add_region(K_POOL, dev, 0, (uintptr_t)back, g_next[dev], sz) : NULL;
 		if (!reg) {
+			g_pool_allocs[0]--;
 			pthread_mutex_unlock(&g_mu);
 			free(got);
 			free(back);

@@ -103,9 +103,13 @@ func (d *driver) hasPools() bool {
 // Close. A pool of our own is trimmed, bounded and destroyed alone.
 //
 // Driver calls per operation, each inside one push/pop of the context (2
-// calls): Alloc on a queue 1 (cuMemAllocFromPoolAsync), Alloc without one
-// 2 (and cuStreamSynchronize of the pool's allocation stream, so that the
-// memory is usable by anything on return); Free on a queue 1
+// calls): Alloc on a queue 2 (cuMemAllocFromPoolAsync, and
+// cuMemPoolGetAttribute of the reserved bytes after it, which tells a hit
+// from a miss: see Reuse), Alloc without one 3 (and cuStreamSynchronize of
+// the pool's allocation stream, so that the memory is usable by anything
+// on return); 1 more for the reserved bytes before the allocation when the
+// figure of the last one cannot be trusted (a release threshold is set, or
+// a reading failed); Free on a queue 1
 // (cuMemFreeAsync); Free without a queue 1 when no queue is open, else
 // 1 + 2 per open queue (cuEventRecord of the queue's cached event,
 // cuStreamWaitEvent of a free stream of the pool's, which the host never
@@ -123,6 +127,30 @@ type memPool struct {
 	fmu   sync.Mutex
 	frees []uintptr
 	next  int
+
+	// What Reuse reports. The driver does not say whether an allocation
+	// reused memory, but the pool's reserved bytes
+	// (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) grow only when it reserves
+	// more for an allocation: an allocation after which they exceed what
+	// they were before it is a miss, any other a hit. Nothing else
+	// allocates from this pool (it is ompalloc's own), so the reserved
+	// bytes before an allocation are those after the last one or after the
+	// last Trim, unless the driver released memory meanwhile at a
+	// synchronization, which it does only above the release threshold:
+	// with a threshold set (SetPoolLimit) they are read before each
+	// allocation. amu orders the readings with the allocation between
+	// them. A trim runs outside amu (it may take long, and allocations go
+	// on meanwhile): an allocation whose readings a trim ran between counts
+	// as a miss, as the trim could hide its growth. A release at another
+	// thread's synchronization between the two readings (a limit set) can
+	// still make a miss count as a hit.
+	amu        sync.Mutex
+	last       uint64           // under amu: the reserved bytes last read
+	lastOK     bool             // under amu: last is the figure now, unless released at a synchronization
+	threshold  bool             // under amu: a release threshold below "keep everything" is set
+	trims      [2]atomic.Uint64 // trims started, trims done
+	hits, miss atomic.Uint64
+	reserved   atomic.Uint64 // the last reading, for Reuse
 }
 
 // maxFreeStreams bounds the pool's free streams.
@@ -276,7 +304,7 @@ func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 	drv := mp.d.drv
 	var p uintptr
 	err := mp.d.inCtx(func() error {
-		if err := drv.check("cuMemAllocFromPoolAsync", call(drv.cuMemAllocFromPoolAsync, uintptr(unsafe.Pointer(&p)), n, mp.pool, s)); err != nil {
+		if err := mp.allocCounted(&p, n, s); err != nil {
 			return err
 		}
 		if q != nil {
@@ -292,6 +320,50 @@ func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 		return 0, fmt.Errorf("%v: pool alloc of %d bytes: %w", mp.d, n, err)
 	}
 	return p, nil
+}
+
+// allocCounted is cuMemAllocFromPoolAsync on s, counted as a hit or a miss
+// (see memPool.amu). Called in the context.
+func (mp *memPool) allocCounted(p *uintptr, n, s uintptr) error {
+	drv := mp.d.drv
+	mp.amu.Lock()
+	defer mp.amu.Unlock()
+	done := mp.trims[1].Load()
+	started := mp.trims[0].Load()
+	before, known := mp.last, mp.lastOK && !mp.threshold
+	if !known {
+		before, known = mp.readReserved()
+	}
+	if err := drv.check("cuMemAllocFromPoolAsync", call(drv.cuMemAllocFromPoolAsync, uintptr(unsafe.Pointer(p)), n, mp.pool, s)); err != nil {
+		return err
+	}
+	after, ok := mp.readReserved()
+	mp.last, mp.lastOK = after, ok
+	if started != done || mp.trims[0].Load() != started {
+		known = false // a trim ran between the readings
+	}
+	if known && ok && after <= before {
+		mp.hits.Add(1)
+	} else {
+		mp.miss.Add(1) // grown, or unknown: never claimed as served from the cache
+	}
+	return nil
+}
+
+// readReserved reads CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT (in the
+// context), keeping it for Reuse.
+func (mp *memPool) readReserved() (uint64, bool) {
+	var r uint64
+	if call(mp.d.drv.cuMemPoolGetAttribute, mp.pool, cuMempoolAttrReservedMemCurrent, uintptr(unsafe.Pointer(&r))) != cudaSuccess {
+		return 0, false
+	}
+	mp.reserved.Store(r)
+	return r, true
+}
+
+// Reuse reports the hits, the misses and the reserved bytes last read.
+func (mp *memPool) Reuse() (hits, misses, reserved uint64) {
+	return mp.hits.Load(), mp.miss.Load(), mp.reserved.Load()
 }
 
 // Free is cuMemFreeAsync on q's stream. Without q: on the allocation stream
@@ -384,11 +456,17 @@ func (mp *memPool) Stats() (reserved, used uint64, err error) {
 		}
 		return drv.check("cuMemPoolGetAttribute", call(drv.cuMemPoolGetAttribute, mp.pool, cuMempoolAttrUsedMemCurrent, uintptr(unsafe.Pointer(&used))))
 	})
+	if err == nil {
+		mp.reserved.Store(reserved)
+	}
 	return reserved, used, err
 }
 
 // SetReleaseThreshold sets CU_MEMPOOL_ATTR_RELEASE_THRESHOLD.
 func (mp *memPool) SetReleaseThreshold(n uint64) error {
+	mp.amu.Lock()
+	defer mp.amu.Unlock()
+	mp.threshold = n != ^uint64(0)
 	return mp.d.withCtx("cuMemPoolSetAttribute", func() result {
 		return call(mp.d.drv.cuMemPoolSetAttribute, mp.pool, cuMempoolAttrReleaseThreshold, uintptr(unsafe.Pointer(&n)))
 	})
@@ -415,7 +493,13 @@ func (mp *memPool) Trim(keep uintptr) error {
 				}
 			}
 		}
-		return drv.check("cuMemPoolTrimTo", call(drv.cuMemPoolTrimTo, mp.pool, keep))
+		mp.trims[0].Add(1)
+		err := drv.check("cuMemPoolTrimTo", call(drv.cuMemPoolTrimTo, mp.pool, keep))
+		mp.amu.Lock()
+		mp.last, mp.lastOK = mp.readReserved()
+		mp.trims[1].Add(1)
+		mp.amu.Unlock()
+		return err
 	})
 }
 

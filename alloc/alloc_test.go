@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -39,11 +40,11 @@ func allIs(p unsafe.Pointer, n uintptr, v byte) bool {
 }
 
 func TestPredefinedAllocatorsServeHostMemory(t *testing.T) {
-	for _, h := range []Handle{DefaultMem, LargeCapMem, ConstMem, HighBwMem, LowLatMem, CgroupMem, PteamMem, ThreadMem} {
-		t.Run(traits.AllocatorName(uintptr(h)), func(t *testing.T) {
+	for _, h := range []Handle{defaultMem, largeCapMem, constMem, highBwMem, lowLatMem, cgroupMem, pteamMem, threadMem} {
+		t.Run(predef.Name(uintptr(h)), func(t *testing.T) {
 			a, ok := Lookup(h)
 			require.True(t, ok)
-			require.Equal(t, traits.AllocatorName(uintptr(h)), a.String())
+			require.Equal(t, predef.Name(uintptr(h)), a.String())
 			p, err := a.Alloc(100)
 			require.NoError(t, err)
 			require.Zero(t, uintptr(p)%16)
@@ -186,7 +187,7 @@ func TestPoolSizeIsAQuotaOnFootprint(t *testing.T) {
 				require.NoError(t, err)
 				o, err := Owner(p2)
 				require.NoError(t, err)
-				require.Equal(t, DefaultMem, o.Handle(), "the second block came from omp_default_mem_alloc")
+				require.Equal(t, defaultMem, o.Handle(), "the second block came from omp_default_mem_alloc")
 				require.NoError(t, Free(p2))
 			}
 			st := a.Stats()

@@ -10,6 +10,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -18,23 +19,26 @@ import (
 
 // Handle is an allocator's number, the omp_allocator_handle_t of omp.h:
 // 1..8 and 100..102 are the predefined allocators, 0 the null allocator,
-// larger numbers allocators made at run time.
+// larger numbers allocators made at run time. Package kmp names the
+// predefined ones (kmp.HighBwMemAlloc is 4): Lookup(alloc.Handle(h)) gives
+// the *Allocator behind one; a Go program usually wants Default, or New
+// with the memory space and traits it needs.
 type Handle uintptr
 
-// Predefined allocator handles (omp.h numbering).
+// Predefined allocator handles (omp.h numbering; kmp exports them).
 const (
-	NullHandle         Handle = 0
-	DefaultMem         Handle = 1
-	LargeCapMem        Handle = 2
-	ConstMem           Handle = 3
-	HighBwMem          Handle = 4
-	LowLatMem          Handle = 5
-	CgroupMem          Handle = 6
-	PteamMem           Handle = 7
-	ThreadMem          Handle = 8
-	TargetHostMem      Handle = 100
-	TargetSharedMem    Handle = 101
-	TargetDeviceMem    Handle = 102
+	nullHandle         Handle = 0
+	defaultMem         Handle = 1
+	largeCapMem        Handle = 2
+	constMem           Handle = 3
+	highBwMem          Handle = 4
+	lowLatMem          Handle = 5
+	cgroupMem          Handle = 6
+	pteamMem           Handle = 7
+	threadMem          Handle = 8
+	targetHostMem      Handle = 100
+	targetSharedMem    Handle = 101
+	targetDeviceMem    Handle = 102
 	firstRuntimeHandle Handle = 1024
 	// maxHandle is the largest handle number (the table index, the owner
 	// in blocks): a small block's 8-byte header keeps its owner in 16 bits.
@@ -144,7 +148,7 @@ func Lookup(h Handle) (*Allocator, bool) {
 
 func lookupSlow(h Handle) (*Allocator, bool) {
 	initOnce.Do(initPredefined)
-	if h == NullHandle {
+	if h == nullHandle {
 		return Default(), true
 	}
 	t := handles.Table()
@@ -202,30 +206,30 @@ func initPredefined() {
 	tableMu.Lock()
 	defer tableMu.Unlock()
 	handles.Publish(make([]*handles.Head, firstRuntimeHandle+64))
-	for _, h := range traits.PredefinedAllocators() {
-		ms, _ := traits.AllocatorMemspace(h)
+	for _, h := range predef.Handles() {
+		ms, _ := predef.Memspace(h)
 		set := traits.Defaults()
 		switch Handle(h) {
-		case CgroupMem:
+		case cgroupMem:
 			set.Access = traits.Cgroup
-		case PteamMem:
+		case pteamMem:
 			set.Access = traits.Pteam
-		case ThreadMem:
+		case threadMem:
 			set.Access = traits.Thread
 		}
 		// Predefined allocators return nil when memory runs out, except
 		// that the specialised ones retry on default memory.
-		if Handle(h) == DefaultMem || ms.IsTarget() {
+		if Handle(h) == defaultMem || ms.IsTarget() {
 			set.Fallback = traits.NullFb
 		}
 		a, err := build(Handle(h), ms, set)
 		if err != nil {
 			panic(fmt.Sprintf("ompalloc: predefined allocator %d: %v", h, err)) // a bug, not input
 		}
-		a.name = traits.AllocatorName(h)
+		a.name = predef.Name(h)
 		install(a)
 	}
-	def := owner(uint32(DefaultMem))
+	def := owner(uint32(defaultMem))
 	allocators(func(a *Allocator) {
 		if a != def && a.traits.Fallback == traits.DefaultMemFb {
 			a.fb = def
@@ -383,7 +387,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	var fb *Allocator
 	switch set.Fallback {
 	case traits.DefaultMemFb:
-		fb, _ = Lookup(DefaultMem)
+		fb, _ = Lookup(defaultMem)
 	case traits.AllocatorFb:
 		var ok bool
 		if fb, ok = Lookup(Handle(set.FbData)); !ok || set.FbData == 0 {
@@ -526,7 +530,7 @@ func Default() *Allocator {
 func SetDefault(a *Allocator) {
 	envOnce.Do(applyEnv)
 	if a == nil {
-		a, _ = Lookup(DefaultMem)
+		a, _ = Lookup(defaultMem)
 	}
 	defaultAlloc.Store(a)
 }

@@ -224,7 +224,7 @@ func TestBytesFreeThroughFallback(t *testing.T) {
 	b := mem.Allocate(2 << 20)
 	info, err := InspectSlice(b)
 	require.NoError(t, err)
-	require.Equal(t, DefaultMem, info.Allocator.Handle())
+	require.Equal(t, defaultMem, info.Allocator.Handle())
 	require.Equal(t, uint64(1), a.Stats().Fallbacks)
 	b = mem.Reallocate(3<<20, b)
 	mem.Free(b)

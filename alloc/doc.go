@@ -71,4 +71,16 @@
 // the fallback trait decides: never DDR in silence. The partition trait
 // reaches the kernel through mbind(2) on each chunk (see Allocator.Placement). The target memory spaces allocate from the default
 // device's plugin, one driver call per block.
+//
+// # Environment
+//
+// OMP_ALLOCATOR (OpenMP 5.1 syntax; see package traits) sets the default
+// allocator at first use; a bad value warns once and keeps
+// omp_default_mem_alloc. OMPALLOC_PINNED_LIMIT overrides the limit on
+// pinned bytes ("0": none; sizes take K, M, G suffixes; SetPinnedLimit).
+// OMPALLOC_HUGEPAGES chooses the pages of pinned chunks and huge regions:
+// thp (the default), off or hugetlb (SetHugePages). OMPALLOC_LEAKCHECK=1
+// turns leak-check mode on (SetLeakCheck): every block allocated from then
+// on records the stack that allocated it, for LeakedBlocks; it costs a stack
+// capture per allocation, and one atomic load when off.
 package alloc

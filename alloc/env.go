@@ -15,9 +15,9 @@ var envOnce sync.Once
 // allocator. Invalid values give one warning and leave
 // omp_default_mem_alloc as the default.
 func applyEnv() {
-	def, _ := Lookup(DefaultMem)
+	def, _ := Lookup(defaultMem)
 	defaultAlloc.Store(def)
-	v, ok := envvar.Lookup(traits.EnvVar) // blank: unset, as every variable
+	v, ok := envvar.Lookup(envvar.Allocator) // blank: unset, as every variable
 	if !ok {
 		return
 	}
@@ -37,14 +37,14 @@ func fromEnv(v string) (*Allocator, error) {
 	if spec.Allocator != 0 {
 		a, ok := Lookup(Handle(spec.Allocator))
 		if !ok {
-			return nil, fmt.Errorf("%s=%q: allocator %d is not available", traits.EnvVar, v, spec.Allocator)
+			return nil, fmt.Errorf("%s=%q: allocator %d is not available", envvar.Allocator, v, spec.Allocator)
 		}
 		return a, nil
 	}
 	a, err := NewFromTraits(spec.Memspace, spec.Traits)
 	if err != nil {
-		return nil, fmt.Errorf("%s=%q: %w", traits.EnvVar, v, err)
+		return nil, fmt.Errorf("%s=%q: %w", envvar.Allocator, v, err)
 	}
-	a.pinFb.from = traits.EnvVar + ": " // its pin fallback warning says so
+	a.pinFb.from = envvar.Allocator + ": " // its pin fallback warning says so
 	return a, nil
 }

@@ -7,18 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/traits"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 )
 
 // Issue 10, item 5: OMPALLOC_PINNED_LIMIT=banana says what a size is, in
 // the warning voice of the rest of the runtime, without strconv's words.
 func TestPinnedLimitWarningSaysWhatIsAccepted(t *testing.T) {
-	t.Setenv(PinnedLimitEnv, "banana")
+	t.Setenv(envvar.PinnedLimit, "banana")
 	warn := captureWarnings(t)
 	l := &limit{}
 	l.init()
 	w := warn.String()
-	require.True(t, strings.HasPrefix(w, "ompalloc: warning: "+PinnedLimitEnv+`="banana": `), "%q", w)
+	require.True(t, strings.HasPrefix(w, "ompalloc: warning: "+envvar.PinnedLimit+`="banana": `), "%q", w)
 	require.Contains(t, w, `not a size: give bytes, or a number with one suffix K, M, G or T (powers of 1024)`)
 	require.NotContains(t, w, "strconv")
 	require.NotContains(t, w, "invalid syntax")
@@ -33,16 +33,16 @@ func TestBlankEnvCountsAsUnset(t *testing.T) {
 	t.Cleanup(func() { defaultAlloc.Store(old) })
 	for _, value := range []string{"", "  \t"} {
 		t.Run(strconv.Quote(value), func(t *testing.T) {
-			t.Setenv(PinnedLimitEnv, value)
-			t.Setenv(HugePagesEnv, value)
-			t.Setenv(traits.EnvVar, value)
+			t.Setenv(envvar.PinnedLimit, value)
+			t.Setenv(envvar.HugePages, value)
+			t.Setenv(envvar.Allocator, value)
 			warn := captureWarnings(t)
 			l := &limit{}
 			l.init()
 			require.Equal(t, defaultPinnedLimit(), l.max.Load())
 			require.Equal(t, HugePagesTHP, hugeModeFromEnv())
 			applyEnv()
-			require.Equal(t, DefaultMem, defaultAlloc.Load().Handle())
+			require.Equal(t, defaultMem, defaultAlloc.Load().Handle())
 			require.Empty(t, warn.String())
 		})
 	}
@@ -63,14 +63,14 @@ func TestEnvAllocatorWarningIsOneLine(t *testing.T) {
 		"omp_default_mem_space:pinned=tr\aue",
 	} {
 		t.Run(strconv.Quote(value), func(t *testing.T) {
-			t.Setenv(traits.EnvVar, value)
+			t.Setenv(envvar.Allocator, value)
 			warn := captureWarnings(t)
 			applyEnv()
-			require.Equal(t, DefaultMem, defaultAlloc.Load().Handle())
+			require.Equal(t, defaultMem, defaultAlloc.Load().Handle())
 			w := warn.String()
 			require.Equal(t, 1, strings.Count(w, "\n"), "one line: %q", w)
 			require.True(t, strings.HasSuffix(w, "\n"))
-			require.True(t, strings.HasPrefix(w, "ompalloc: warning: "+traits.EnvVar+"=\""), "%q", w)
+			require.True(t, strings.HasPrefix(w, "ompalloc: warning: "+envvar.Allocator+"=\""), "%q", w)
 			for _, c := range w[:len(w)-1] {
 				require.False(t, c < 0x20 || c == 0x7f, "control character %q in %q", c, w)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -20,7 +21,7 @@ import (
 // "allocator pool exhausted: allocator#1025(...): ...", "block already
 // freed: 0x...", and pin failures matching ErrOutOfMemory.
 func TestErrorStringsShape(t *testing.T) {
-	t.Setenv(PinnedLimitEnv, "")
+	t.Setenv(envvar.PinnedLimit, "")
 	var goMem [64]byte
 	for _, tc := range []struct {
 		name   string

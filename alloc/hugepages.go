@@ -69,10 +69,10 @@ func initHugeMode() { hugeModeOnce.Do(func() { hugeModeVal.Store(int32(hugeModeF
 
 // hugeModeFromEnv reads OMPALLOC_HUGEPAGES; a bad value warns and reads as thp.
 func hugeModeFromEnv() HugePageMode {
-	v, _ := envvar.Lookup(HugePagesEnv) // blank: unset, thp
+	v, _ := envvar.Lookup(envvar.HugePages) // blank: unset, thp
 	m, err := ParseHugePageMode(v)
 	if err != nil {
-		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using thp", HugePagesEnv, v, err), err)
+		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using thp", envvar.HugePages, v, err), err)
 		return HugePagesTHP
 	}
 	return m
@@ -160,7 +160,7 @@ func (s *pinSource) hugeTLBFellBack(n uintptr, err error) {
 			pool.Free, pool.Total, pool.Reserved, pool.Dir)
 	}
 	warn.Emit(warn.HugeTLB, "alloc", fmt.Sprintf("alloc: hugetlb pages asked for (%s=hugetlb or SetHugePages), but %s could not map %d bytes in them (%v; %s); this chunk and later ones that cannot have them use normal pages with transparent huge pages advised (PinnedStats.HugeTLBFallbacks counts them)",
-		HugePagesEnv, s.name, n, err, why), err)
+		envvar.HugePages, s.name, n, err, why), err)
 }
 
 // unmapPages unmaps what mapPages mapped.

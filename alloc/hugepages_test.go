@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/hugetest"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
@@ -70,10 +71,10 @@ func TestHugePagesEnvWarnsOnABadValue(t *testing.T) {
 	}{
 		{"hugetlb", HugePagesTLB, ""},
 		{"off", HugePagesOff, ""},
-		{"yes", HugePagesTHP, `ompalloc: warning: ` + HugePagesEnv + `="yes": "yes" is not a huge page mode: give off, thp or hugetlb; using thp`},
+		{"yes", HugePagesTHP, `ompalloc: warning: ` + envvar.HugePages + `="yes": "yes" is not a huge page mode: give off, thp or hugetlb; using thp`},
 	} {
 		t.Run(tc.v, func(t *testing.T) {
-			t.Setenv(HugePagesEnv, tc.v)
+			t.Setenv(envvar.HugePages, tc.v)
 			warn := captureWarnings(t)
 			require.Equal(t, tc.want, hugeModeFromEnv())
 			require.Equal(t, tc.warn, strings.TrimSpace(warn.String()))
@@ -269,7 +270,7 @@ func TestHugeTLBFallsBackToNormalPagesAndWarnsOnce(t *testing.T) {
 
 	w := warn.String()
 	require.Equal(t, 1, strings.Count(w, "ompalloc: warning:"), "one warning, not one per chunk:\n%s", w)
-	require.Contains(t, w, "hugetlb pages asked for ("+HugePagesEnv+"=hugetlb or SetHugePages)")
+	require.Contains(t, w, "hugetlb pages asked for ("+envvar.HugePages+"=hugetlb or SetHugePages)")
 	require.Contains(t, w, "mmap MAP_HUGETLB")
 	require.Contains(t, w, "nr_hugepages")
 	require.Contains(t, w, "PinnedStats.HugeTLBFallbacks")

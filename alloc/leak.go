@@ -10,15 +10,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 )
-
-// LeakCheckEnv turns leak-check mode on when set to 1: every block
-// allocated from then on records the stack that allocated it, so that
-// LeakedBlocks can say where a block that was never freed came from. It
-// costs a stack capture per allocation; off (the default) it costs one
-// atomic load.
-const LeakCheckEnv = "OMPALLOC_LEAKCHECK"
 
 var (
 	leakCheck  atomic.Bool
@@ -31,7 +25,7 @@ type leakRecord struct {
 	stack []uintptr
 }
 
-func init() { SetLeakCheck(os.Getenv(LeakCheckEnv) == "1") }
+func init() { SetLeakCheck(os.Getenv(envvar.LeakCheck) == "1") }
 
 // SetLeakCheck turns leak-check mode on or off and returns the previous
 // setting. Blocks allocated while it was off have no recorded stack.

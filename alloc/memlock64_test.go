@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/leakcheck"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -47,7 +48,7 @@ func runMemlock64Child(t *testing.T, child string) {
 	}
 	cmd := exec.Command("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
 		"prlimit", "--memlock=65536:65536", os.Args[0], "-test.run=^"+child+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=memlock64", alloc.PinnedLimitEnv+"=")
+	cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=memlock64", envvar.PinnedLimit+"=")
 	out, err := cmd.CombinedOutput()
 	if err != nil && strings.Contains(string(out), "setpriv:") {
 		t.Skipf("setpriv cannot drop CAP_IPC_LOCK here: %s", out)

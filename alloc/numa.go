@@ -237,10 +237,6 @@ func (a *Allocator) Placement() string {
 	return fmt.Sprintf("%v on nodes %s: %v per chunk", part, numa.FormatList(s.Nodes), plan[0].Mode)
 }
 
-// HugePagesEnv chooses the pages of pinned chunks and huge regions:
-// OMPALLOC_HUGEPAGES=thp (the default), off or hugetlb (HugePageMode).
-const HugePagesEnv = "OMPALLOC_HUGEPAGES"
-
 // adviseHuge asks for transparent huge pages on a pinned chunk or region
 // about to be locked: mlock and the drivers' registration then fault and
 // walk 2 MiB pages, 512 times fewer (ROCm measured hipHostRegister of a

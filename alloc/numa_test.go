@@ -156,7 +156,7 @@ func TestPlacedHeapsAreShared(t *testing.T) {
 	require.Same(t, b1.heap, b2.heap)
 	require.NotSame(t, b1.heap, il.heap)
 	require.Same(t, hostHeap(), env.heap)
-	d, _ := Lookup(DefaultMem)
+	d, _ := Lookup(defaultMem)
 	require.Same(t, hostHeap(), d.heap)
 	require.True(t, b1.plain, "a placed heap keeps the fast path")
 }

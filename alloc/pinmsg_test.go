@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -35,10 +36,10 @@ func TestPinFailureSaysWhichLimit(t *testing.T) {
 	}{
 		{"our limit is RLIMIT_MEMLOCK", "8388608", "",
 			[]string{"cannot pin memory: ", "pinned-memory limit of 8388608 bytes", "from RLIMIT_MEMLOCK (8 MiB)", "ulimit -l", "--ulimit memlock=-1", "LimitMEMLOCK="},
-			[]string{"out of memory", PinnedLimitEnv}},
+			[]string{"out of memory", envvar.PinnedLimit}},
 		{"mlock refuses under RLIMIT_MEMLOCK", "8388608", "0",
 			[]string{"cannot pin memory: ", "RLIMIT_MEMLOCK is 8388608 bytes", "ulimit -l", "--ulimit memlock=-1", "LimitMEMLOCK="},
-			[]string{"out of memory", PinnedLimitEnv}},
+			[]string{"out of memory", envvar.PinnedLimit}},
 		{"OMPALLOC_PINNED_LIMIT", "8388608", "1M",
 			[]string{"cannot pin memory: ", "pinned-memory limit of 1048576 bytes", "set by OMPALLOC_PINNED_LIMIT=1M: raise it"},
 			[]string{"out of memory", "RLIMIT_MEMLOCK"}},
@@ -46,7 +47,7 @@ func TestPinFailureSaysWhichLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
 				"prlimit", "--memlock="+tc.memlock+":"+tc.memlock, os.Args[0], "-test.run=^TestPinMessageChild$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=pinmsg", PinnedLimitEnv+"="+tc.env)
+			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=pinmsg", envvar.PinnedLimit+"="+tc.env)
 			out, err := cmd.CombinedOutput()
 			if err != nil && strings.Contains(string(out), "setpriv:") {
 				t.Skipf("setpriv cannot drop CAP_IPC_LOCK here: %s", out)

@@ -351,20 +351,16 @@ type limitFrom struct {
 	set bool   // SetPinnedLimit
 }
 
-// PinnedLimitEnv overrides the default limit on pinned bytes ("0" means no
-// limit; sizes accept K, M, G suffixes).
-const PinnedLimitEnv = "OMPALLOC_PINNED_LIMIT"
-
 func (l *limit) init() {
 	l.once.Do(func() {
 		def := pinlimit.Compute()
 		from := &limitFrom{def: def}
 		n := def.Bytes
-		if v, ok := envvar.Lookup(PinnedLimitEnv); ok { // blank: unset, the default
+		if v, ok := envvar.Lookup(envvar.PinnedLimit); ok { // blank: unset, the default
 			if x, err := parseSize(v); err == nil {
 				n, from.env = int64(x), v
 			} else {
-				warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using the default limit of %d bytes", PinnedLimitEnv, v, err, n), err)
+				warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using the default limit of %d bytes", envvar.PinnedLimit, v, err, n), err)
 			}
 		}
 		l.from.Store(from)
@@ -461,13 +457,13 @@ func (l *limit) why(dev int) string {
 	case f.set:
 		return "set by alloc.SetPinnedLimit"
 	case f.env != "":
-		return fmt.Sprintf("set by %s=%s: raise it, or 0 for no limit", PinnedLimitEnv, f.env)
+		return fmt.Sprintf("set by %s=%s: raise it, or 0 for no limit", envvar.PinnedLimit, f.env)
 	}
 	s := fmt.Sprintf("from %s: %s", f.def.Why(), f.def.Advice())
 	if d, err := target.Get(dev); f.def.Origin == pinlimit.Memlock && err == nil && !d.IsHost() {
 		// cuMemHostRegister and hsa_amd_memory_lock are not charged to
 		// RLIMIT_MEMLOCK: for a GPU, lifting our cap is enough.
-		s += fmt.Sprintf(" (device %d's driver pins without it: %s=0 lifts this cap)", dev, PinnedLimitEnv)
+		s += fmt.Sprintf(" (device %d's driver pins without it: %s=0 lifts this cap)", dev, envvar.PinnedLimit)
 	}
 	return s
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/memspace"
@@ -129,7 +130,7 @@ func TestPinnedUnderMemlockLimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
 				"prlimit", "--memlock=65536:65536", os.Args[0], "-test.run=^TestPinnedChild$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=memlock", PinnedLimitEnv+"="+tc.limitEnv)
+			cmd.Env = append(os.Environ(), "OMPALLOC_ALLOC_CHILD=memlock", envvar.PinnedLimit+"="+tc.limitEnv)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			require.Contains(t, string(out), "--- PASS: TestPinnedChild")
@@ -144,7 +145,7 @@ func TestPinnedChild(t *testing.T) {
 	nullFb, err := New(memspace.Default, WithPinned(true), WithFallback(traits.NullFb))
 	require.NoError(t, err)
 	n := uintptr(8000)
-	if os.Getenv(PinnedLimitEnv) == "0" {
+	if os.Getenv(envvar.PinnedLimit) == "0" {
 		// No limit of ours: mlock of the 4 MiB chunk meets RLIMIT_MEMLOCK.
 		p, err := nullFb.Alloc(1000)
 		require.ErrorIs(t, err, ErrPinFailed)
@@ -175,7 +176,7 @@ func TestPinnedChild(t *testing.T) {
 	require.Equal(t, make([]byte, n), unsafe.Slice((*byte)(q), n))
 	o, err := Owner(q)
 	require.NoError(t, err)
-	require.Equal(t, DefaultMem, o.Handle())
+	require.Equal(t, defaultMem, o.Handle())
 	require.False(t, isPinned(t, q))
 	require.Equal(t, uint64(1), defFb.Stats().Fallbacks)
 	require.Zero(t, vmLckKiB(t), "nothing stayed locked")

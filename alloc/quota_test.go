@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -79,13 +80,13 @@ func TestPinnedLimitParsing(t *testing.T) {
 	def := defaultPinnedLimit()
 	for _, in := range []string{"16777216T", "1KM", "lots"} {
 		t.Run(in, func(t *testing.T) {
-			t.Setenv(PinnedLimitEnv, in)
+			t.Setenv(envvar.PinnedLimit, in)
 			warn := captureWarnings(t)
 			l := &limit{}
 			l.init()
 			require.Equal(t, def, l.max.Load(), "the default stays")
 			require.Equal(t, 1, strings.Count(warn.String(), "\n"), "%q", warn.String())
-			require.Contains(t, warn.String(), PinnedLimitEnv)
+			require.Contains(t, warn.String(), envvar.PinnedLimit)
 			require.Contains(t, warn.String(), in)
 		})
 	}

@@ -55,7 +55,7 @@ func TestFreeSliceAcceptsTheFallbacksBlocks(t *testing.T) {
 	require.NoError(t, err)
 	info, err := InspectSlice(xs)
 	require.NoError(t, err)
-	require.Equal(t, DefaultMem, info.Allocator.Handle())
+	require.Equal(t, defaultMem, info.Allocator.Handle())
 	other := mustNew(t, memspace.Default, WithFallback(traits.NullFb))
 	require.ErrorIs(t, FreeSlice(other, xs), ErrInvalidArgument, "not on other's chain")
 	require.NoError(t, FreeSlice(a, xs))

@@ -214,7 +214,7 @@ func memset(p uintptr, c byte, n uintptr, dev int, q *target.Queue) error {
 		// is an error, not the end of the process.
 		return cmem.FillChecked(p, n, c)
 	}
-	def, _ := alloc.Lookup(alloc.DefaultMem)
+	def, _ := alloc.Lookup(alloc.Handle(DefaultMemAlloc))
 	bn := min(n, memsetChunk)
 	buf, err := def.Alloc(bn)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/kmp"
@@ -86,8 +87,8 @@ func use(t *testing.T, l *slog.Logger) {
 // warning needs a hugetlb pool that refuses; alloc's tests check it goes
 // through the same hook.)
 func TestHookReceivesEveryKind(t *testing.T) {
-	t.Setenv(traits.EnvVar, "no_such_allocator")
-	t.Setenv(target.EnvDefaultDevice, "not-a-number")
+	t.Setenv(envvar.Allocator, "no_such_allocator")
+	t.Setenv(envvar.DefaultDevice, "not-a-number")
 	t.Setenv("OMPALLOC_PINNED_LIMIT", "")
 	t.Setenv("OMPALLOC_HUGEPAGES", "")
 	var stderr bytes.Buffer
@@ -96,7 +97,7 @@ func TestHookReceivesEveryKind(t *testing.T) {
 	use(t, slog.New(rec))
 
 	// env: OMP_ALLOCATOR (alloc) and OMP_DEFAULT_DEVICE (target).
-	require.Equal(t, alloc.DefaultMem, alloc.Default().Handle())
+	require.Equal(t, alloc.Handle(kmp.DefaultMemAlloc), alloc.Default().Handle())
 	_ = target.InitialDevice()
 
 	// bad_input: kmp's C-style answer to an unknown handle.

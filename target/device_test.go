@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
@@ -113,11 +114,11 @@ func TestDefaultDeviceFromEnvironment(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			t.Setenv(EnvDefaultDevice, tt.value)
+			t.Setenv(envvar.DefaultDevice, tt.value)
 			warned := captureWarnings(t)
 			withPlugins(t, &fakePlugin{name: "f", impls: []plugin.Impl{newFake("a", 0), newFake("b", 0)}})
 			require.Equal(t, tt.want, DefaultDevice())
-			require.Equal(t, tt.warn, strings.Contains(warned(), EnvDefaultDevice))
+			require.Equal(t, tt.warn, strings.Contains(warned(), envvar.DefaultDevice))
 		})
 	}
 }
@@ -137,16 +138,16 @@ func captureWarnings(t *testing.T) func() string {
 }
 
 func TestStagingEnvironment(t *testing.T) {
-	t.Setenv(EnvStagingThreshold, "16K")
-	t.Setenv(EnvStagingPool, "1MiB")
+	t.Setenv(envvar.StagingThreshold, "16K")
+	t.Setenv(envvar.StagingPool, "1MiB")
 	_, d := withFake(t, 0)
 	require.Equal(t, StagingConfig{Threshold: 16 << 10, MaxPoolBytes: 1 << 20}, d.StagingConfig())
 
-	t.Setenv(EnvStagingThreshold, "lots")
+	t.Setenv(envvar.StagingThreshold, "lots")
 	warned := captureWarnings(t)
 	_, d = withFake(t, 0)
 	require.Equal(t, DefaultStagingConfig().Threshold, d.StagingConfig().Threshold)
-	require.Contains(t, warned(), EnvStagingThreshold+`="lots"`)
+	require.Contains(t, warned(), envvar.StagingThreshold+`="lots"`)
 }
 
 func TestParseBytes(t *testing.T) {
@@ -317,7 +318,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/fail=%v", tt.mode, tt.failLock), func(t *testing.T) {
-			t.Setenv(EnvLockMapped, tt.mode)
+			t.Setenv(envvar.LockMapped, tt.mode)
 			f, d := withFake(t, 0)
 			f.failLock.Store(tt.failLock)
 			const n = 1 << 20 // over the staging threshold
@@ -357,11 +358,11 @@ func TestLockMappedHostBuffers(t *testing.T) {
 		})
 	}
 	t.Run("invalid", func(t *testing.T) {
-		t.Setenv(EnvLockMapped, "sometimes")
+		t.Setenv(envvar.LockMapped, "sometimes")
 		warned := captureWarnings(t)
 		_, d := withFake(t, 0)
 		require.Equal(t, pinreg.MapOff, d.mapMode)
-		require.Contains(t, warned(), EnvLockMapped)
+		require.Contains(t, warned(), envvar.LockMapped)
 	})
 }
 

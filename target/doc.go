@@ -122,4 +122,14 @@
 // fails the copy is submitted unstaged — staging is an optimisation, never
 // an error. The pool keeps at most StagingConfig.MaxPoolBytes of free
 // buffers; Shutdown frees every buffer, in the pool or held by a queue.
+//
+// # Environment
+//
+// Read once, at discovery: OMP_DEFAULT_DEVICE (OpenMP's default-device-var:
+// a device number, or "initial" for the host); OMPALLOC_STAGING_THRESHOLD
+// and OMPALLOC_STAGING_POOL (StagingConfig's Threshold and MaxPoolBytes, in
+// bytes or with a K, M, G or T suffix; a threshold of 0 turns staging off);
+// LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS, LLVM's switch for locking pageable
+// host buffers while they are transferred: off (the default), on (failures
+// ignored) or mandatory. A bad value warns once and gets the default.
 package target

@@ -11,47 +11,31 @@ import (
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
-// Environment variables read at discovery.
-const (
-	// EnvStagingThreshold overrides StagingConfig.Threshold (bytes, or with
-	// a K, M, G or T suffix; 0 turns staging off).
-	EnvStagingThreshold = "OMPALLOC_STAGING_THRESHOLD"
-	// EnvStagingPool overrides StagingConfig.MaxPoolBytes (a size, as
-	// EnvStagingThreshold).
-	EnvStagingPool = "OMPALLOC_STAGING_POOL"
-	// EnvLockMapped is LLVM's switch for locking host buffers while they are
-	// transferred: off (default), on (failures ignored), mandatory.
-	EnvLockMapped = "LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS"
-	// EnvDefaultDevice is OpenMP's default-device-var: a device number, or
-	// "initial" for the host.
-	EnvDefaultDevice = "OMP_DEFAULT_DEVICE"
-)
-
 func warnEnv(name, value, why, using string) {
 	warn.Printf(warn.Env, "target", "%s=%q: %s; using %s", name, value, why, using)
 }
 
 func readEnv() (StagingConfig, pinreg.MapMode) {
 	cfg := DefaultStagingConfig()
-	if v, ok := envvar.Lookup(EnvStagingThreshold); ok {
+	if v, ok := envvar.Lookup(envvar.StagingThreshold); ok {
 		if n, err := parseBytes(v); err != nil {
-			warnEnv(EnvStagingThreshold, v, err.Error(), strconv.FormatUint(uint64(cfg.Threshold), 10))
+			warnEnv(envvar.StagingThreshold, v, err.Error(), strconv.FormatUint(uint64(cfg.Threshold), 10))
 		} else {
 			cfg.Threshold = n
 		}
 	}
-	if v, ok := envvar.Lookup(EnvStagingPool); ok {
+	if v, ok := envvar.Lookup(envvar.StagingPool); ok {
 		if n, err := parseBytes(v); err != nil {
-			warnEnv(EnvStagingPool, v, err.Error(), strconv.FormatUint(uint64(cfg.MaxPoolBytes), 10))
+			warnEnv(envvar.StagingPool, v, err.Error(), strconv.FormatUint(uint64(cfg.MaxPoolBytes), 10))
 		} else {
 			cfg.MaxPoolBytes = n
 		}
 	}
 	mode := pinreg.MapOff
-	if v, ok := envvar.Lookup(EnvLockMapped); ok {
+	if v, ok := envvar.Lookup(envvar.LockMapped); ok {
 		m, err := pinreg.ParseMapMode(v)
 		if err != nil {
-			warnEnv(EnvLockMapped, v, err.Error(), "off")
+			warnEnv(envvar.LockMapped, v, err.Error(), "off")
 		} else {
 			mode = m
 		}
@@ -61,7 +45,7 @@ func readEnv() (StagingConfig, pinreg.MapMode) {
 
 // defaultDevice reads OMP_DEFAULT_DEVICE against the initial device's number.
 func defaultDevice(initial int) int {
-	v, ok := envvar.Lookup(EnvDefaultDevice)
+	v, ok := envvar.Lookup(envvar.DefaultDevice)
 	if !ok {
 		return 0
 	}
@@ -70,7 +54,7 @@ func defaultDevice(initial int) int {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || n > initial {
-		warnEnv(EnvDefaultDevice, v, fmt.Sprintf("not a device number in 0..%d", initial), "0")
+		warnEnv(envvar.DefaultDevice, v, fmt.Sprintf("not a device number in 0..%d", initial), "0")
 		return 0
 	}
 	return n

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
@@ -17,9 +18,9 @@ func TestEnvWarningsSpeakWithOneVoice(t *testing.T) {
 		name, value string
 		says        []string
 	}{
-		{EnvDefaultDevice, "99", []string{"not a device number in 0..2", "using 0"}},
-		{EnvStagingThreshold, "banana", []string{`="banana": not a size: give bytes, or a number with one suffix K, M, G or T`}},
-		{EnvStagingPool, "16777216T", []string{`="16777216T": too large`}},
+		{envvar.DefaultDevice, "99", []string{"not a device number in 0..2", "using 0"}},
+		{envvar.StagingThreshold, "banana", []string{`="banana": not a size: give bytes, or a number with one suffix K, M, G or T`}},
+		{envvar.StagingPool, "16777216T", []string{`="16777216T": too large`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(tc.name, tc.value)
@@ -43,7 +44,7 @@ func TestEnvWarningsSpeakWithOneVoice(t *testing.T) {
 // as unset; now a variable set to nothing or to white space counts as
 // unset everywhere (internal/envvar): no warning, the default.
 func TestBlankEnvCountsAsUnset(t *testing.T) {
-	for _, name := range []string{EnvDefaultDevice, EnvStagingThreshold, EnvStagingPool, EnvLockMapped} {
+	for _, name := range []string{envvar.DefaultDevice, envvar.StagingThreshold, envvar.StagingPool, envvar.LockMapped} {
 		for _, value := range []string{"", "  \t"} {
 			t.Run(name+"="+value, func(t *testing.T) {
 				t.Setenv(name, value)

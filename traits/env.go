@@ -6,14 +6,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ompalloc/ompalloc/internal/envvar"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 )
 
-// EnvVar is the environment variable ParseEnv reads the syntax of.
-const EnvVar = "OMP_ALLOCATOR"
-
 // ErrInvalidEnv is wrapped by every error ParseEnv returns.
-var ErrInvalidEnv = errors.New("invalid " + EnvVar)
+var ErrInvalidEnv = errors.New("invalid " + envvar.Allocator)
 
 // EnvError reports a bad OMP_ALLOCATOR value. It unwraps to ErrInvalidEnv
 // and, when a trait value was at fault, to the *TraitError as well (so
@@ -25,7 +24,7 @@ type EnvError struct {
 }
 
 func (e *EnvError) Error() string {
-	return fmt.Sprintf("%s=%q: %s", EnvVar, e.Value, e.Reason)
+	return fmt.Sprintf("%s=%q: %s", envvar.Allocator, e.Value, e.Reason)
 }
 
 func (e *EnvError) Unwrap() []error {
@@ -93,19 +92,19 @@ func ParseEnv(value string) (EnvSpec, error) {
 	head = strings.TrimSpace(head)
 	name := asciiLower(head)
 	if !hasTraits {
-		if h, ok := AllocatorByName(name); ok {
-			ms, _ := AllocatorMemspace(h)
+		if h, ok := predef.ByName(name); ok {
+			ms, _ := predef.Memspace(h)
 			return EnvSpec{Allocator: h, Memspace: ms}, nil
 		}
 		if ms, ok := memspace.ByName(name); ok && ms.Valid() {
-			h, _ := MemspaceAllocator(ms)
+			h, _ := predef.ForMemspace(ms)
 			return EnvSpec{Allocator: h, Memspace: ms}, nil
 		}
 		return fail(nil, "unknown allocator or memory space %q", head)
 	}
 	ms, ok := memspace.ByName(name)
 	if !ok || !ms.Valid() {
-		if _, isAlloc := AllocatorByName(name); isAlloc {
+		if _, isAlloc := predef.ByName(name); isAlloc {
 			return fail(nil, "traits follow a memory space, not an allocator: %q", head)
 		}
 		return fail(nil, "unknown memory space %q", head)
@@ -129,12 +128,12 @@ func ParseEnv(value string) (EnvSpec, error) {
 		case v == "":
 			return fail(nil, "missing value for trait %q", k)
 		}
-		key, known := KeyByName(k)
+		key, known := keyByName(k)
 		if !known || strings.HasPrefix(asciiLower(k), "omp_atk_") {
 			return fail(nil, "unknown trait %q", k)
 		}
 		if !isEnvKey(key) {
-			return fail(nil, "trait %q cannot be set through %s", k, EnvVar)
+			return fail(nil, "trait %q cannot be set through %s", k, envvar.Allocator)
 		}
 		val, err := parseEnvValue(key, v)
 		if err != nil {
@@ -180,7 +179,7 @@ func parseEnvValue(k Key, text string) (uintptr, error) {
 		}
 		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("unknown value %q (want one of %s)", text, r.allowedNames())}
 	case kHandle:
-		if h, ok := AllocatorByName(lower); ok {
+		if h, ok := predef.ByName(lower); ok {
 			return h, nil
 		}
 		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a predefined allocator name", text)}
@@ -202,7 +201,7 @@ func parseEnvValue(k Key, text string) (uintptr, error) {
 // gives an equal EnvSpec.
 func (e EnvSpec) String() string {
 	if e.Allocator != 0 {
-		return AllocatorName(e.Allocator)
+		return predef.Name(e.Allocator)
 	}
 	parts := make([]string, len(e.Traits))
 	for i, t := range e.Traits {

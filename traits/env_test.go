@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -171,7 +172,7 @@ func ExampleParseEnv() {
 	fmt.Println(spec.Memspace, spec.Traits, err)
 
 	spec, _ = traits.ParseEnv("omp_cgroup_mem_alloc")
-	fmt.Println(traits.AllocatorName(spec.Allocator), spec.Memspace)
+	fmt.Println(predef.Name(spec.Allocator), spec.Memspace)
 
 	_, err = traits.ParseEnv("omp_default_mem_space:access=none")
 	fmt.Println(err)

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"testing"
 
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -45,7 +46,7 @@ func FuzzParseEnv(f *testing.F) {
 			t.Fatalf("%q: want exactly one of Allocator and Traits, got %+v", value, spec)
 		}
 		if spec.Allocator != 0 {
-			ms, ok := traits.AllocatorMemspace(spec.Allocator)
+			ms, ok := predef.Memspace(spec.Allocator)
 			if !ok || ms != spec.Memspace {
 				t.Fatalf("%q: allocator %d does not draw from %v", value, spec.Allocator, spec.Memspace)
 			}

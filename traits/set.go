@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/ompalloc/ompalloc/internal/predef"
 )
 
 // ErrInvalidTrait is wrapped by every error about a trait key or value.
@@ -343,7 +345,7 @@ func formatValue(k Key, v uintptr) string {
 			return valueName(v)
 		}
 	case ok && r.kind == kHandle:
-		return AllocatorName(v)
+		return predef.Name(v)
 	}
 	return strconv.FormatUint(uint64(v), 10)
 }

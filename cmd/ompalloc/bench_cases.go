@@ -11,6 +11,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -39,7 +40,7 @@ func allocSection(c *benchConfig) *benchSection {
 	s := &benchSection{}
 	allocs := map[string]*alloc.Allocator{}
 	s.setup = func() error {
-		def, ok := alloc.Lookup(alloc.DefaultMem)
+		def, ok := alloc.Lookup(alloc.Handle(kmp.DefaultMemAlloc))
 		if !ok {
 			return errors.New("omp_default_mem_alloc is not available")
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
+	"github.com/ompalloc/ompalloc/internal/predef"
+	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -271,14 +273,14 @@ func gatherInfo() *InfoReport {
 	r.section("numa", func() { r.NUMA = gatherNUMA() })
 	r.section("allocators", func() {
 		def := alloc.Default()
-		for _, h := range traits.PredefinedAllocators() {
+		for _, h := range predef.Handles() {
 			a, ok := alloc.Lookup(alloc.Handle(h))
 			if !ok {
-				r.Errors = append(r.Errors, fmt.Sprintf("allocators: %s is not available", traits.AllocatorName(h)))
+				r.Errors = append(r.Errors, fmt.Sprintf("allocators: %s is not available", predef.Name(h)))
 				continue
 			}
 			r.Allocators = append(r.Allocators, AllocatorInfo{
-				Handle: uint64(h), Name: traits.AllocatorName(h), Memspace: a.Memspace().String(),
+				Handle: uint64(h), Name: predef.Name(h), Memspace: a.Memspace().String(),
 				Traits: a.Traits().String(), Default: a == def,
 			})
 		}
@@ -298,13 +300,13 @@ func gatherInfo() *InfoReport {
 	})
 	r.section("pinned", func() {
 		max, used := alloc.PinnedLimit()
-		p := PinnedInfo{LimitBytes: uint64(max), UsedBytes: uint64(used), Limit: "none", Env: os.Getenv(alloc.PinnedLimitEnv)}
+		p := PinnedInfo{LimitBytes: uint64(max), UsedBytes: uint64(used), Limit: "none", Env: os.Getenv(envvar.PinnedLimit)}
 		if max > 0 {
 			p.Limit = fmtBytes(int64(max))
 		}
 		p.Source, p.Warning = pinnedLimitSource(int64(max))
 		st := alloc.ReadPinnedStats()
-		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(alloc.HugePagesEnv),
+		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(envvar.HugePages),
 			HugeTLBBytes: uint64(st.HugeTLB), Fallbacks: st.HugeTLBFallbacks}
 		if pool, ok := numa.HugeTLBPoolNow(numa.HugeTLBPage); ok {
 			h := &p.HugePages
@@ -362,13 +364,13 @@ func limitText(v int64) string {
 // runtime prints its own warning for a bad value (once, on stderr); the
 // reason is repeated here so that --json carries it.
 func envAllocator() EnvAllocator {
-	v, set := envvar.Lookup(traits.EnvVar) // blank counts as unset, as in the runtime
+	v, set := envvar.Lookup(envvar.Allocator) // blank counts as unset, as in the runtime
 	def := alloc.Default()
 	e := EnvAllocator{
 		Set: set, Value: v, Resolved: def.String(), Handle: uint64(def.Handle()),
 		Memspace: def.Memspace().String(), Traits: def.Traits().String(),
 	}
-	if !set || v == "" || def.Handle() != alloc.DefaultMem {
+	if !set || v == "" || def.Handle() != alloc.Handle(kmp.DefaultMemAlloc) {
 		return e
 	}
 	// The default is omp_default_mem_alloc although the variable is set:
@@ -379,12 +381,12 @@ func envAllocator() EnvAllocator {
 		e.Warning = err.Error()
 	case spec.Allocator != 0:
 		if _, ok := alloc.Lookup(alloc.Handle(spec.Allocator)); !ok {
-			e.Warning = fmt.Sprintf("%s=%q: allocator %s is not available", traits.EnvVar, v, traits.AllocatorName(spec.Allocator))
+			e.Warning = fmt.Sprintf("%s=%q: allocator %s is not available", envvar.Allocator, v, predef.Name(spec.Allocator))
 		}
 	default:
 		a, err := alloc.NewFromTraits(spec.Memspace, spec.Traits)
 		if err != nil {
-			e.Warning = fmt.Sprintf("%s=%q: %v", traits.EnvVar, v, err)
+			e.Warning = fmt.Sprintf("%s=%q: %v", envvar.Allocator, v, err)
 		} else {
 			_ = a.Destroy()
 		}
@@ -547,9 +549,9 @@ func hugePagesLine(h HugePagesInfo) string {
 	var sb strings.Builder
 	sb.WriteString(h.Mode)
 	if h.Env != "" {
-		fmt.Fprintf(&sb, " (%s=%s)", alloc.HugePagesEnv, h.Env)
+		fmt.Fprintf(&sb, " (%s=%s)", envvar.HugePages, h.Env)
 	} else {
-		fmt.Fprintf(&sb, " (default; %s=hugetlb asks for hugetlb pages, off for none)", alloc.HugePagesEnv)
+		fmt.Fprintf(&sb, " (default; %s=hugetlb asks for hugetlb pages, off for none)", envvar.HugePages)
 	}
 	if h.Mode == alloc.HugePagesTLB.String() || h.HugeTLBBytes > 0 || h.Fallbacks > 0 {
 		fmt.Fprintf(&sb, ": %s in hugetlb pages (not in VmLck), %d fallbacks to normal pages", fmtBytes(int64(h.HugeTLBBytes)), h.Fallbacks)
@@ -568,13 +570,13 @@ func hugePagesLine(h HugePagesInfo) string {
 // part of a single chunk, and any larger than what is left fail.
 func pinnedLimitSource(max int64) (source, warning string) {
 	def := pinlimit.Compute()
-	v, _ := envvar.Lookup(alloc.PinnedLimitEnv)
+	v, _ := envvar.Lookup(envvar.PinnedLimit)
 	_, bad := envsize.Parse(v)
 	switch {
 	case v != "" && bad == nil:
-		source = fmt.Sprintf("%s=%s", alloc.PinnedLimitEnv, v)
+		source = fmt.Sprintf("%s=%s", envvar.PinnedLimit, v)
 	case max == def.Bytes:
-		source = fmt.Sprintf("default: %s (%s overrides)", def.Why(), alloc.PinnedLimitEnv)
+		source = fmt.Sprintf("default: %s (%s overrides)", def.Why(), envvar.PinnedLimit)
 	default:
 		source = "set by the program (alloc.SetPinnedLimit)"
 	}
@@ -583,7 +585,7 @@ func pinnedLimitSource(max int64) (source, warning string) {
 		if strings.HasPrefix(source, "default") {
 			warning += def.Advice()
 		} else {
-			warning += "raise " + alloc.PinnedLimitEnv
+			warning += "raise " + envvar.PinnedLimit
 		}
 	}
 	return source, warning

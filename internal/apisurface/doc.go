@@ -1,4 +1,5 @@
-// Package apisurface holds only a test: that the module's public packages
-// export none of the plumbing between this module's own packages (issue
-// 22), which lives under internal/ where no user can import it.
+// Package apisurface holds only tests of the module's public API: that the
+// public packages export none of the plumbing between this module's own
+// packages, which lives under internal/ where no user can import it, and
+// that their count of names does not grow back silently.
 package apisurface

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/pinned"
@@ -160,7 +161,7 @@ func (b Baseline) Check() error {
 			fmt.Fprintf(&sb, "  %#x, %d bytes from %s:\n%s", l.Ptr, l.Size, l.Allocator, l.Stack)
 		}
 	} else if !alloc.LeakCheck() && len(alloc.LiveBlocks()) > 0 {
-		fmt.Fprintf(&sb, "run again with %s=1 to see where the leaked blocks were allocated\n", alloc.LeakCheckEnv)
+		fmt.Fprintf(&sb, "run again with %s=1 to see where the leaked blocks were allocated\n", envvar.LeakCheck)
 	}
 	return fmt.Errorf("%s", sb.String())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -57,7 +58,7 @@ func TestCheckSuggestsLeakCheckMode(t *testing.T) {
 	p, err := alloc.Default().Alloc(10)
 	require.NoError(t, err)
 	err = base.Check()
-	require.ErrorContains(t, err, alloc.LeakCheckEnv+"=1")
+	require.ErrorContains(t, err, envvar.LeakCheck+"=1")
 	require.NoError(t, alloc.Free(p))
 	require.NoError(t, base.Check())
 }
@@ -98,7 +99,7 @@ func TestMainFailsARunThatLeaks(t *testing.T) {
 		t.Skip("the child runs TestLeakyChild")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLeakyChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "LEAKCHECK_TEST_LEAKY=1", alloc.LeakCheckEnv+"=1")
+	cmd.Env = append(os.Environ(), "LEAKCHECK_TEST_LEAKY=1", envvar.LeakCheck+"=1")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "%s", out)

@@ -33,7 +33,7 @@ func (m MapMode) String() string {
 	return fmt.Sprintf("MapMode(%d)", int(m))
 }
 
-// ParseMapMode parses a value of target.EnvLockMapped: off, on or mandatory (any case, surrounding spaces
+// ParseMapMode parses a value of envvar.LockMapped: off, on or mandatory (any case, surrounding spaces
 // ignored; empty means off).
 func ParseMapMode(s string) (MapMode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {

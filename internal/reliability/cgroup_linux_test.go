@@ -17,6 +17,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cgroup"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -45,7 +46,7 @@ func TestCgroupPinLimit(t *testing.T) {
 	}
 	t.Logf("cgroup v%d %s with a %d-byte limit", version, dir, cgroupLimit)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCgroupPinChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(childEnviron(), "OMPALLOC_CGROUP_CHILD="+dir, alloc.PinnedLimitEnv+"=")
+	cmd.Env = append(childEnviron(), "OMPALLOC_CGROUP_CHILD="+dir, envvar.PinnedLimit+"=")
 	var fd *os.File
 	if version == 2 {
 		var err error

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/internal/testenv"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -244,7 +245,7 @@ func startInGroup(t *testing.T, dir string, version int, child string, env ...st
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.v", "-test.count=1")
 	rel := dir[strings.Index(dir, "/ompalloc-"):]
-	cmd.Env = append(append(childEnviron(), "OMPALLOC_CGROUP_IN="+rel, alloc.PinnedLimitEnv+"="), env...)
+	cmd.Env = append(append(childEnviron(), "OMPALLOC_CGROUP_IN="+rel, envvar.PinnedLimit+"="), env...)
 	if version == 2 {
 		fd, err := os.Open(dir)
 		require.NoError(t, err)

@@ -200,7 +200,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		undo := injectCUDA(t, "cuMemAlloc")
 		_, err := d0.Alloc(plugin.MemDevice, 1<<20)
 		require.ErrorContains(t, err, "cuMemAlloc")
-		ta, ok := alloc.Lookup(alloc.TargetDeviceMem)
+		ta, ok := alloc.Lookup(alloc.Handle(kmp.TargetDeviceMemAlloc))
 		require.True(t, ok)
 		p, err := ta.Alloc(1 << 20)
 		require.Nil(t, p)

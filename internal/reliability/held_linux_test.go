@@ -17,6 +17,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/leakcheck"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/internal/testenv"
@@ -40,7 +41,7 @@ func TestHeldRlimitsLoweredAtRunTime(t *testing.T) {
 		"prlimit", "--memlock=8388608:8388608", os.Args[0], "-test.run=^TestHeldRlimitsChild$", "-test.v", "-test.count=1")
 	// RLIMIT_MEMLOCK bounds the host's mlock: pin for the host, also where
 	// a GPU (or a fake one) is the default device (issue 27 item 13).
-	cmd.Env = append(childEnviron(), alloc.PinnedLimitEnv+"=", "OMP_DEFAULT_DEVICE=initial")
+	cmd.Env = append(childEnviron(), envvar.PinnedLimit+"=", "OMP_DEFAULT_DEVICE=initial")
 	out, err := cmd.CombinedOutput()
 	if err != nil && strings.Contains(string(out), "setpriv:") {
 		t.Skipf("setpriv cannot drop CAP_IPC_LOCK here: %s", out)

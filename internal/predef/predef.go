@@ -1,4 +1,7 @@
-package traits
+// Package predef is the table of omp.h's predefined allocators: their
+// handles, names and memory spaces. Packages traits (OMP_ALLOCATOR,
+// fb_data), alloc (which makes them) and kmp read it.
+package predef
 
 import (
 	"fmt"
@@ -26,10 +29,10 @@ var predefinedAllocators = []struct {
 	{102, "llvm_omp_target_device_mem_alloc", memspace.TargetDevice},
 }
 
-// AllocatorByName returns the omp.h handle of a predefined allocator
+// ByName returns the omp.h handle of a predefined allocator
 // (omp_default_mem_alloc = 1 ... llvm_omp_target_device_mem_alloc = 102). The
 // match is exact; omp_null_allocator is not an allocator and is not found.
-func AllocatorByName(name string) (uintptr, bool) {
+func ByName(name string) (uintptr, bool) {
 	for _, p := range predefinedAllocators {
 		if p.name == name {
 			return p.h, true
@@ -38,10 +41,10 @@ func AllocatorByName(name string) (uintptr, bool) {
 	return 0, false
 }
 
-// AllocatorName returns the omp.h name of a predefined allocator,
+// Name returns the omp.h name of a predefined allocator,
 // "omp_null_allocator" for 0, and "allocator#N" (N in decimal) for any other handle, the name package alloc
 // gives the allocators it makes.
-func AllocatorName(h uintptr) string {
+func Name(h uintptr) string {
 	if h == 0 {
 		return "omp_null_allocator"
 	}
@@ -53,9 +56,9 @@ func AllocatorName(h uintptr) string {
 	return fmt.Sprintf("allocator#%d", h)
 }
 
-// PredefinedAllocators returns the handles of the predefined allocators in
+// Handles returns the handles of the predefined allocators in
 // omp.h order. The slice is new on each call.
-func PredefinedAllocators() []uintptr {
+func Handles() []uintptr {
 	hs := make([]uintptr, len(predefinedAllocators))
 	for i, p := range predefinedAllocators {
 		hs[i] = p.h
@@ -63,9 +66,9 @@ func PredefinedAllocators() []uintptr {
 	return hs
 }
 
-// AllocatorMemspace returns the memory space a predefined allocator draws
+// Memspace returns the memory space a predefined allocator draws
 // from; cgroup, pteam and thread use omp_default_mem_space.
-func AllocatorMemspace(h uintptr) (memspace.ID, bool) {
+func Memspace(h uintptr) (memspace.ID, bool) {
 	for _, p := range predefinedAllocators {
 		if p.h == h {
 			return p.ms, true
@@ -74,11 +77,11 @@ func AllocatorMemspace(h uintptr) (memspace.ID, bool) {
 	return memspace.Null, false
 }
 
-// MemspaceAllocator returns the predefined allocator that serves a predefined
+// ForMemspace returns the predefined allocator that serves a predefined
 // memory space with default traits (omp_default_mem_space →
 // omp_default_mem_alloc), as libgomp maps a bare memory space in
 // OMP_ALLOCATOR.
-func MemspaceAllocator(ms memspace.ID) (uintptr, bool) {
+func ForMemspace(ms memspace.ID) (uintptr, bool) {
 	for _, p := range predefinedAllocators {
 		// cgroup/pteam/thread share the default memspace but carry an access
 		// trait; the first entry for a memspace is the plain one.

@@ -1,4 +1,4 @@
-package traits_test
+package predef_test
 
 import (
 	"fmt"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/traits"
 )
 
 func TestPredefinedAllocators(t *testing.T) {
@@ -32,30 +32,30 @@ func TestPredefinedAllocators(t *testing.T) {
 	var hs []uintptr
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h, ok := traits.AllocatorByName(c.name)
+			h, ok := predef.ByName(c.name)
 			require.True(t, ok)
 			require.Equal(t, c.h, h)
-			require.Equal(t, c.name, traits.AllocatorName(c.h))
-			ms, ok := traits.AllocatorMemspace(c.h)
+			require.Equal(t, c.name, predef.Name(c.h))
+			ms, ok := predef.Memspace(c.h)
 			require.True(t, ok)
 			require.Equal(t, c.ms, ms)
 		})
 		hs = append(hs, c.h)
 	}
-	require.Equal(t, hs, traits.PredefinedAllocators())
+	require.Equal(t, hs, predef.Handles())
 }
 
 func TestAllocatorLookupsRefuseOthers(t *testing.T) {
 	for _, n := range []string{"", "omp_null_allocator", "OMP_DEFAULT_MEM_ALLOC", "omp_default_mem_space", "omp_default_mem_alloc_xyz", "1"} {
-		_, ok := traits.AllocatorByName(n)
+		_, ok := predef.ByName(n)
 		require.False(t, ok, n)
 	}
-	require.Equal(t, "omp_null_allocator", traits.AllocatorName(0))
-	require.Equal(t, "allocator#9", traits.AllocatorName(9))
-	require.Equal(t, "allocator#3221230128", traits.AllocatorName(0xc0001230))
-	_, ok := traits.AllocatorMemspace(0)
+	require.Equal(t, "omp_null_allocator", predef.Name(0))
+	require.Equal(t, "allocator#9", predef.Name(9))
+	require.Equal(t, "allocator#3221230128", predef.Name(0xc0001230))
+	_, ok := predef.Memspace(0)
 	require.False(t, ok)
-	_, ok = traits.AllocatorMemspace(9)
+	_, ok = predef.Memspace(9)
 	require.False(t, ok)
 }
 
@@ -65,21 +65,21 @@ func TestMemspaceAllocator(t *testing.T) {
 		memspace.LowLat: 5, memspace.TargetHost: 100, memspace.TargetShared: 101, memspace.TargetDevice: 102,
 	}
 	for _, ms := range memspace.All() {
-		h, ok := traits.MemspaceAllocator(ms)
+		h, ok := predef.ForMemspace(ms)
 		require.True(t, ok, "%v", ms)
 		require.Equal(t, want[ms], h, "%v", ms)
-		back, _ := traits.AllocatorMemspace(h)
+		back, _ := predef.Memspace(h)
 		require.Equal(t, ms, back)
 	}
-	_, ok := traits.MemspaceAllocator(memspace.Null)
+	_, ok := predef.ForMemspace(memspace.Null)
 	require.False(t, ok)
-	_, ok = traits.MemspaceAllocator(memspace.FirstRuntime)
+	_, ok = predef.ForMemspace(memspace.FirstRuntime)
 	require.False(t, ok)
 }
 
-func ExampleAllocatorByName() {
-	h, ok := traits.AllocatorByName("omp_high_bw_mem_alloc")
-	ms, _ := traits.AllocatorMemspace(h)
-	fmt.Println(h, ok, traits.AllocatorName(h), ms, memspace.Describe(ms).BackedBy)
+func ExampleByName() {
+	h, ok := predef.ByName("omp_high_bw_mem_alloc")
+	ms, _ := predef.Memspace(h)
+	fmt.Println(h, ok, predef.Name(h), ms, memspace.Describe(ms).BackedBy)
 	// Output: 4 true omp_high_bw_mem_alloc omp_high_bw_mem_space omp_default_mem_space
 }

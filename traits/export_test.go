@@ -1,0 +1,4 @@
+package traits
+
+// KeyByName is keyByName, for the external tests.
+var KeyByName = keyByName

@@ -12,6 +12,7 @@
 //
 // A Table has no mutex of its own: every method but Flight.Done is called
 // with the owner's mutex held, the one that guards the owner's books.
-// pinreg.Registry, the CUDA plugin's registrations and the HSA plugin's lock
-// table use it.
+// The two tables that call drivers use it, and nothing else does:
+// pinreg.Registry (a device's locks) and regtab.Table (a driver's
+// registrations, which the plugins keep there).
 package inflight

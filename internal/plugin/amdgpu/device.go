@@ -10,6 +10,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/regtab"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
@@ -32,8 +33,7 @@ type device struct {
 	mu     sync.Mutex
 	closed bool
 	allocs map[uintptr]plugin.MemKind
-	tab    *lockTable            // the plugin's locks, shared by its devices
-	locks  map[uintptr][]uintptr // LockHost start → the lock table entry it referenced, most recent last
+	tab    *lockTable // the plugin's locks, shared by its devices
 	queues map[*queue]struct{}
 
 	peers   map[*device]bool     // PeerAccess answers, asked once per pair
@@ -46,8 +46,8 @@ type device struct {
 func (p *Plugin) newDevice(index int, agent, cpu uint64, gpus []uint64, pools agentPools, host *pool) (*device, error) {
 	d := &device{
 		fn: &p.fn, index: index, agent: agent, cpu: cpu, gpus: gpus, pools: pools, host: host,
-		tab:    &p.locks,
-		allocs: map[uintptr]plugin.MemKind{}, locks: map[uintptr][]uintptr{},
+		tab:    p.locks,
+		allocs: map[uintptr]plugin.MemKind{},
 		queues: map[*queue]struct{}{},
 		peers:  map[*device]bool{}, granted: map[uintptr][]uint64{},
 	}
@@ -169,17 +169,20 @@ func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 		return 0, d.errorf(ErrClosed, "lock")
 	}
 	// Without d.mu: the runtime's lock may take long (see lockTable).
-	dev, base, err := d.tab.acquire(d.fn, d.gpus, p, n)
+	dev, err := d.tab.Lock(d, p, n, func(s regtab.Span) (uintptr, error) { return d.fn.lockFor(d.gpus, s.Host, s.Size) }, agentPointer)
 	if err != nil {
 		return 0, d.errorf(err, "lock %#x+%d", p, n)
 	}
 	d.mu.Lock()
-	if d.closed { // closed meanwhile: Close did not see this lock
-		d.mu.Unlock()
-		return 0, errors.Join(d.errorf(ErrClosed, "lock"), d.tab.release(d.fn, base))
-	}
-	d.locks[p] = append(d.locks[p], base)
+	closed = d.closed
 	d.mu.Unlock()
+	if closed { // closed meanwhile: Close may not have seen this lock
+		err := d.tab.Unlock(d, p)
+		if errors.Is(err, ErrNotLocked) {
+			err = nil // Close released it
+		}
+		return 0, errors.Join(d.errorf(ErrClosed, "lock"), err)
+	}
 	return dev, nil
 }
 
@@ -189,27 +192,10 @@ func (d *device) lockLocked(p, n uintptr) (uintptr, error) {
 	return d.fn.lockFor([]uint64{d.agent}, p, n)
 }
 
-// UnlockHost releases the most recent LockHost at p.
-// The lock is taken off d's books first and the runtime's unlock made
-// without d.mu; a failed one is put back, to be retried.
+// UnlockHost releases the most recent LockHost at p. A failed unlock
+// (pinned.ErrStillLocked) keeps the lock, to be retried.
 func (d *device) UnlockHost(p uintptr) error {
-	d.mu.Lock()
-	bases := d.locks[p]
-	if len(bases) == 0 {
-		d.mu.Unlock()
-		return d.errorf(ErrNotLocked, "unlock %#x", p)
-	}
-	base := bases[len(bases)-1]
-	if len(bases) == 1 {
-		delete(d.locks, p)
-	} else {
-		d.locks[p] = bases[:len(bases)-1]
-	}
-	d.mu.Unlock()
-	if err := d.tab.release(d.fn, base); err != nil {
-		d.mu.Lock()
-		d.locks[p] = append(d.locks[p], base)
-		d.mu.Unlock()
+	if err := d.tab.Unlock(d, p); err != nil {
 		return d.errorf(err, "unlock %#x", p)
 	}
 	return nil
@@ -234,7 +220,7 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	if p == 0 || n == 0 || p+n < p {
 		return pinned.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
 	}
-	if d.tab.contains(p) {
+	if d.tab.Holds(p, p, p+1) {
 		return pinned.External{}, false, nil
 	}
 	info, err := d.pointerInfo(p)
@@ -298,18 +284,25 @@ func (d *device) pointerInfo(p uintptr) (pointerInfo, error) {
 // past its end. What lies outside is asked of the runtime: memory locked
 // outside the plugin or from an HSA pool is used as it is; pageable memory
 // is locked for the transfer (shared with other transfers in flight).
-func (d *device) reach(p, n uintptr) ([]piece, []uintptr, error) {
+func (d *device) reach(p, n uintptr) ([]piece, loan, error) {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return nil, nil, d.errorf(ErrClosed, "copy")
+		return nil, loan{}, d.errorf(ErrClosed, "copy")
 	}
-	ps, refs, err := d.tab.pieces(d.fn, d.gpus, p, n, d.gap)
+	parts, loan, err := d.tab.Borrow(p, n, func(q, end uintptr) (uintptr, uintptr, bool, error) {
+		pc, locked, err := d.gap(q, end)
+		return pc.n, pc.addr, locked, err
+	})
 	if err != nil {
-		return nil, nil, errors.Join(err, d.tab.releaseAll(d.fn, refs))
+		return nil, loan, err
 	}
-	return ps, refs, nil
+	ps := make([]piece, len(parts))
+	for i, pt := range parts {
+		ps[i] = piece{off: pt.Off, n: pt.N, addr: pt.Val + (p + pt.Off - pt.Base)}
+	}
+	return ps, loan, nil
 }
 
 // gap answers for host range [q, end), which holds no lock of the plugin at
@@ -367,7 +360,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		}
 	}
 	var spans []span
-	var refs []uintptr
+	var refs loan
 	switch dir {
 	case plugin.HostToHost:
 		if dq != nil {
@@ -459,15 +452,9 @@ func (d *device) Close() error {
 		delete(d.allocs, p)
 	}
 	errs = append(errs, d.freeScratchLocked())
-	locks := d.locks
-	d.locks = map[uintptr][]uintptr{}
 	d.mu.Unlock()
-	for p, bases := range locks {
-		for _, b := range bases {
-			if err := d.tab.release(d.fn, b); err != nil {
-				errs = append(errs, d.errorf(err, "unlock %#x", p))
-			}
-		}
+	if err := d.tab.ReleaseAll(d); err != nil {
+		errs = append(errs, d.errorf(err, "unlock at close"))
 	}
 	return errors.Join(errs...)
 }

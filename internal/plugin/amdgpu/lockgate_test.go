@@ -131,7 +131,7 @@ func TestLockTableLockOutsideMutex(t *testing.T) {
 	require.NoError(t, ds[1].UnlockHost(a+4096))
 	require.NoError(t, ds[0].UnlockHost(a))
 	require.Empty(t, func() map[uintptr]int {
-		m := ds[0].tab.snapshot()
+		m := ds[0].tab.Snapshot()
 		delete(m, c)
 		return m
 	}())
@@ -187,5 +187,5 @@ func TestLockTableConcurrent(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, locks, count(t, "locks"))
-	require.Empty(t, ds[0].tab.snapshot())
+	require.Empty(t, ds[0].tab.Snapshot())
 }

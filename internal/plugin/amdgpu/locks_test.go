@@ -98,7 +98,7 @@ func TestSVMLockSharedByDevices(t *testing.T) {
 	require.Equal(t, locks+1, count(t, "locks"), "device 1 still holds the lock")
 	require.NoError(t, ds[1].UnlockHost(host+4096))
 	require.Equal(t, locks, count(t, "locks"), "the last reference unlocked")
-	require.Empty(t, ds[0].tab.snapshot())
+	require.Empty(t, ds[0].tab.Snapshot())
 }
 
 // The lock is made for every GPU agent: the fake refuses copies by an agent

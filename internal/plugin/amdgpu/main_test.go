@@ -146,14 +146,3 @@ func drain(t testing.TB) {
 		require.True(t, time.Now().Before(deadline), "the fake's copies never completed")
 	}
 }
-
-// snapshot is the table's entries: start → references.
-func (t *lockTable) snapshot() map[uintptr]int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := map[uintptr]int{}
-	for _, e := range t.ents {
-		m[e.host] = e.refs
-	}
-	return m
-}

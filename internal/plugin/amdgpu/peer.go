@@ -95,13 +95,13 @@ func (d *device) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev p
 	}
 	spans := []span{{dst: dst, src: src, n: n, dstAgent: dd.agent, srcAgent: sd.agent}}
 	if dq != nil {
-		if err := dq.submit(spans, nil); err != nil {
+		if err := dq.submit(spans, loan{}); err != nil {
 			return d.errorf(err, "peer copy of %d bytes from device %d to device %d", n, sd.index, dd.index)
 		}
 		return nil
 	}
 	own := &queue{d: d}
-	err := own.submit(spans, nil)
+	err := own.submit(spans, loan{})
 	if err != nil {
 		err = d.errorf(err, "peer copy of %d bytes from device %d to device %d", n, sd.index, dd.index)
 	}

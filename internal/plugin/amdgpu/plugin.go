@@ -39,7 +39,7 @@ type Plugin struct {
 	err      error
 	devices  []plugin.Impl
 
-	locks lockTable // every range locked for the devices, see lockTable
+	locks *lockTable // every range locked for the devices, see lockTable
 }
 
 func (p *Plugin) Name() string { return "amdgpu" }
@@ -74,6 +74,7 @@ func (p *Plugin) Devices() []plugin.Impl {
 }
 
 func (p *Plugin) load() {
+	p.locks = newLockTable(&p.fn)
 	lib, err := p.lazy.Get()
 	if err != nil {
 		p.err = err

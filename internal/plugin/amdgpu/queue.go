@@ -25,7 +25,7 @@ type queue struct {
 
 type entry struct {
 	sig  uint64
-	refs []uintptr // lock table references of this copy, dropped when it is done
+	refs loan // lock table references of this copy, dropped when it is done
 
 	shared *sharedSig   // sig is an event's too (event.go): released, not destroyed
 	holds  []*sharedSig // event signals this entry's copy depends on, kept until it is done
@@ -37,12 +37,12 @@ const reapAt = 64
 
 // submit chains one async copy per span and owns refs: they are dropped once
 // the last span's copy completed, or at once when none was submitted.
-func (q *queue) submit(spans []span, refs []uintptr) error {
+func (q *queue) submit(spans []span, refs loan) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	fn := q.d.fn
 	if q.closed {
-		return errors.Join(ErrClosed, q.d.tab.releaseAll(fn, refs))
+		return errors.Join(ErrClosed, q.d.tab.Return(refs))
 	}
 	for i, s := range spans {
 		sig, err := fn.newSignal()
@@ -61,11 +61,11 @@ func (q *queue) submit(spans []span, refs []uintptr) error {
 		}
 		if err != nil {
 			if i == 0 {
-				return errors.Join(err, q.d.tab.releaseAll(fn, refs))
+				return errors.Join(err, q.d.tab.Return(refs))
 			}
 			// The earlier pieces are in flight and read what refs hold.
 			last := &q.pending[len(q.pending)-1]
-			last.refs = append(last.refs, refs...)
+			last.refs = last.refs.Join(refs)
 			return err
 		}
 		e := entry{sig: sig}
@@ -151,7 +151,7 @@ func (q *queue) releaseLocked(k int) error {
 		for _, h := range e.holds {
 			errs = append(errs, h.release(q.d.fn))
 		}
-		errs = append(errs, q.d.tab.releaseAll(q.d.fn, e.refs))
+		errs = append(errs, q.d.tab.Return(e.refs))
 	}
 	q.pending = append(q.pending[:0], q.pending[k:]...)
 	return errors.Join(errs...)

@@ -142,7 +142,7 @@ func TestUnlockFailureIsStillLocked(t *testing.T) {
 	require.NoError(t, reg.Unlock(host), "the retry")
 	require.Zero(t, reg.Len())
 	require.Equal(t, locks, count(t, "locks"), "unlocked for real")
-	require.Empty(t, ds[0].tab.snapshot())
+	require.Empty(t, ds[0].tab.Snapshot())
 }
 
 // On a full-profile APU the lock returns the host pointer itself and
@@ -169,7 +169,7 @@ func TestAPU(t *testing.T) {
 	back := hostBuffer(t, n)
 	require.NoError(t, ds[0].Copy(back, v, n-100, plugin.DeviceToHost, nil))
 	require.Equal(t, want[100:], cmem.Bytes(back, n-100))
-	require.Empty(t, ds[0].tab.snapshot())
+	require.Empty(t, ds[0].tab.Snapshot())
 	_, ok, err := ds[0].ExternalLock(host, n)
 	require.NoError(t, err)
 	require.False(t, ok)

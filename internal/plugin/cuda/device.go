@@ -341,12 +341,13 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		if dir == plugin.DeviceToHost {
 			host = dst
 		}
-		if parts := d.drv.regs.cut(host, n); parts != nil {
-			// One copy per registration piece or pageable gap (split.go).
+		if parts := d.drv.regs.Cut(host, n); parts != nil {
+			// One copy per registration or pageable gap (regtab's Cut says
+			// why).
 			enqueue = func(s uintptr) result {
 				for i, pc := range parts {
-					off := pc.host - host
-					if r := call(fn, dst+off, src+off, pc.size, s); r != cudaSuccess {
+					off := pc.Host - host
+					if r := call(fn, dst+off, src+off, pc.Size, s); r != cudaSuccess {
 						if i > 0 {
 							// The parts issued still read or write the host
 							// memory: a failed copy must not leave them in
@@ -506,7 +507,9 @@ func (d *device) Close() error {
 	d.openMu.Unlock()
 	var errs []error
 	errs = append(errs, d.closeMemPool(), d.destroySyncStreams())
-	errs = append(errs, d.drv.regs.releaseAll(d))
+	if err := d.drv.regs.ReleaseAll(d); err != nil {
+		errs = append(errs, fmt.Errorf("%v: unlock at close: %w", d, err))
+	}
 	d.mu.Lock()
 	allocs := d.allocs
 	d.allocs = map[uintptr]plugin.MemKind{}

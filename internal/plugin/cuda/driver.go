@@ -57,10 +57,10 @@ type driver struct {
 	cuDeviceCanAccessPeer, cuCtxEnablePeerAccess, cuCtxDisablePeerAccess, cuMemcpyPeerAsync uintptr
 	cuDeviceGetPCIBusId, cuDevicePrimaryCtxGetState, cuDevicePrimaryCtxSetFlags             uintptr
 
-	tensorSyms // events between queues (tensor.go)
-	poolSyms   // the stream-ordered allocator (mempool.go)
-	infoSyms   // the device-memory figures (meminfo.go)
-	regs       registrations
+	tensorSyms                // events between queues (tensor.go)
+	poolSyms                  // the stream-ordered allocator (mempool.go)
+	infoSyms                  // the device-memory figures (meminfo.go)
+	regs       *registrations // the process's registrations through this library (lock.go)
 }
 
 // entry is one symbol of the table. strict: the _v2 symbol is required
@@ -155,7 +155,7 @@ func bind(lib *dl.Library) (*driver, error) {
 	if len(missing) > 0 {
 		return nil, errors.Join(missing...)
 	}
-	d.regs.init()
+	d.regs = newRegistrations()
 	return d, nil
 }
 

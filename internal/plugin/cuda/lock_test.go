@@ -10,40 +10,9 @@ import (
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
-func TestSplit(t *testing.T) {
-	const G = 1 << 30
-	for _, tc := range []struct {
-		name    string
-		p, n    uintptr
-		max     uintptr
-		wantLen int
-		last    uintptr
-	}{
-		{"empty", 4096, 0, MaxRegister, 0, 0},
-		{"small", 4096, 100, MaxRegister, 1, 100},
-		{"exactly max", 4096, MaxRegister, MaxRegister, 1, MaxRegister},
-		{"max plus one", 4096, MaxRegister + 1, MaxRegister, 2, 1},
-		{"130 GiB", 1 << 40, 130 * G, MaxRegister, 3, 2 * G},
-		{"512 GiB", 1 << 40, 512 * G, MaxRegister, 8, MaxRegister},
-		{"small max", 10, 10, 3, 4, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ps := split(tc.p, tc.n, tc.max)
-			require.Len(t, ps, tc.wantLen)
-			at, sum := tc.p, uintptr(0)
-			for _, pc := range ps {
-				require.Equal(t, at, pc.host, "pieces are consecutive")
-				require.LessOrEqual(t, pc.size, tc.max)
-				require.NotZero(t, pc.size)
-				at, sum = at+pc.size, sum+pc.size
-			}
-			require.Equal(t, tc.n, sum)
-			if tc.wantLen > 0 {
-				require.Equal(t, tc.last, ps[len(ps)-1].size)
-			}
-		})
-	}
-}
+// hostPage is the granule of registrations: the driver page-locks whole
+// pages of the host's size.
+var hostPage = uintptr(os.Getpagesize())
 
 // CUDA registrations are process-wide: locking one buffer for two devices
 // must register it once and unregister it after the last unlock.

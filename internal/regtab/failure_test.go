@@ -1,7 +1,6 @@
 package regtab
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -214,5 +213,3 @@ func TestConcurrentLockers(t *testing.T) {
 		})
 	}
 }
-
-var _ = errors.New

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/ompalloc/ompalloc/internal/cmem"
-	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/plugin/cuda"
@@ -20,14 +18,15 @@ const peakSeries = "driver peak"
 // cudaPeak measures what the CUDA driver itself reaches: a buffer from
 // cuMemAllocHost copied with cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a
 // stream of its own, synchronized after each copy, as a CUDA program that
-// owns its pinned memory would. It binds the library internal/plugin/cuda loaded
-// (the same file, so the same handle) and works in the primary context of
-// the device (where internal/plugin/cuda allocated the device buffer), retained for
-// its own use. Like internal/plugin/cuda it borrows the thread with
+// owns its pinned memory would. It calls the entry points internal/plugin/cuda
+// bound (cuda.Bound: the same library, the same symbol table) and works in
+// the primary context of the device (where internal/plugin/cuda allocated the
+// device buffer), retained for its own use. Like internal/plugin/cuda it borrows the thread with
 // cuCtxPushCurrent_v2 / cuCtxPopCurrent_v2, so the caller's context stack is
 // as it was afterwards.
 type cudaPeak struct {
-	push, pop, release, allocHost, freeHost, streamCreate, streamDestroy, streamSync, h2d, d2h, errName uintptr
+	drv                                                                                        *cuda.Binding
+	push, pop, release, allocHost, freeHost, streamCreate, streamDestroy, streamSync, h2d, d2h uintptr
 
 	cudev                int32 // CUdevice
 	ctx, stream, host, n uintptr
@@ -40,11 +39,11 @@ const cuStreamNonBlocking = 1
 // device buffer of CUDA device ord (its OpenMP number: CUDA's come first),
 // on NUMA node node (-1: wherever the driver puts them).
 func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
-	lib, err := dl.Open(cuda.Spec)
+	drv, err := cuda.Bound()
 	if err != nil {
 		return nil, err
 	}
-	p := &cudaPeak{n: n}
+	p := &cudaPeak{drv: drv, n: n}
 	var devGet, retain uintptr
 	for _, s := range []struct {
 		name string
@@ -55,9 +54,9 @@ func newCUDAPeak(ord int, n uintptr, node int) (*cudaPeak, error) {
 		{"cuMemAllocHost_v2", &p.allocHost}, {"cuMemFreeHost", &p.freeHost},
 		{"cuStreamCreate", &p.streamCreate}, {"cuStreamDestroy_v2", &p.streamDestroy},
 		{"cuStreamSynchronize", &p.streamSync}, {"cuMemcpyHtoDAsync_v2", &p.h2d},
-		{"cuMemcpyDtoHAsync_v2", &p.d2h}, {"cuGetErrorName", &p.errName},
+		{"cuMemcpyDtoHAsync_v2", &p.d2h},
 	} {
-		if *s.addr, err = lib.Sym(s.name); err != nil {
+		if *s.addr, err = drv.Sym(s.name); err != nil {
 			return nil, err
 		}
 	}
@@ -108,16 +107,10 @@ func (p *cudaPeak) inCtx(f func() error) error {
 
 // check names a failed driver call by the driver's own name for the code.
 func (p *cudaPeak) check(call string, r uintptr) error {
-	code := int32(r)
-	if code == 0 {
-		return nil
+	if code := int32(r); code != 0 {
+		return fmt.Errorf("%s: %s", call, p.drv.ErrorName(int(code)))
 	}
-	name := fmt.Sprintf("CUresult %d", code)
-	var s uintptr
-	if dlcall.Call(p.errName, uintptr(code), uintptr(unsafe.Pointer(&s))) == 0 && s != 0 {
-		name = cString(s)
-	}
-	return fmt.Errorf("%s: %s", call, name)
+	return nil
 }
 
 // copies runs k copies of size bytes in direction group ("h2d", "d2h")
@@ -165,17 +158,4 @@ func (p *cudaPeak) close() error {
 	err = errors.Join(err, p.check("cuDevicePrimaryCtxRelease", dlcall.Call(p.release, uintptr(p.cudev))))
 	p.ctx = 0
 	return err
-}
-
-// cString reads a NUL-terminated C string (the driver's static names).
-func cString(p uintptr) string {
-	var b []byte
-	for i := uintptr(0); i < 256; i++ {
-		c := cmem.Bytes(p+i, 1)[0]
-		if c == 0 {
-			break
-		}
-		b = append(b, c)
-	}
-	return string(b)
 }

@@ -2,7 +2,8 @@
 // code rests on and the documentation leaves open (issue 19), and writes
 // the answers as JSON. It is part of the GPU bundle (scripts/gpu-check.sh
 // probe), runs in minutes, needs no test binaries, and talks to libcuda
-// through purego, the way internal/plugin/cuda does:
+// through purego with the entry points internal/plugin/cuda bound (its one
+// symbol table, through cuda.Bound):
 //
 //   - mixed_range_copy: a copy over a range half registered, half pageable
 //   - adjacent_registrations_copy: a copy over two adjacent registrations

@@ -19,6 +19,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/plugin/cuda"
 )
 
 // Schema names the JSON layout.
@@ -150,15 +151,17 @@ func guard(f func() error) (err error) {
 	return f()
 }
 
-// driver is libcuda's entry points, bound by name.
+// driver is libcuda's entry points the probe calls, from the CUDA plugin's
+// own binding (cuda.Bound): one symbol table of libcuda in the module.
 type driver struct {
 	fn   map[string]uintptr
 	ctx0 uintptr // device 0's primary context
 	dev0 int32
 }
 
-// The entry points the probe needs; those marked optional may be missing
-// (the fake has no cuCtxCreate): the question that needs one says so.
+// The entry points the probe needs, as the library exports them; those
+// marked optional may be missing (the fake has no cuCtxCreate): the question
+// that needs one says so.
 var symbols = []struct {
 	name     string
 	optional bool
@@ -174,19 +177,21 @@ var symbols = []struct {
 	{"cuGetErrorName", false},
 }
 
+// openDriver takes the probe's entry points from the CUDA plugin's binding
+// of the library (OMPALLOC_CUDA_LIBRARY, which run set to path).
 func openDriver(path string) (*driver, error) {
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	b, err := cuda.Bound()
 	if err != nil {
-		return nil, fmt.Errorf("dlopen %s: %w", path, err)
+		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	d := &driver{fn: map[string]uintptr{}}
 	for _, s := range symbols {
-		p, err := purego.Dlsym(h, s.name)
+		p, err := b.Sym(s.name)
 		if err != nil {
 			if s.optional {
 				continue
 			}
-			return nil, fmt.Errorf("%s: no %s: %w", path, s.name, err)
+			return nil, err
 		}
 		d.fn[s.name] = p
 	}

@@ -61,6 +61,11 @@ type driver struct {
 	poolSyms                  // the stream-ordered allocator (mempool.go)
 	infoSyms                  // the device-memory figures (meminfo.go)
 	regs       *registrations // the process's registrations through this library (lock.go)
+
+	// Entry points only the module's tools call, through Binding.
+	tools struct {
+		cuMemAllocHost, cuCtxSetCurrent, cuCtxGetCurrent, cuCtxCreate, cuCtxDestroy, cuMemcpyHtoD, cuMemcpyDtoH uintptr
+	}
 }
 
 // entry is one symbol of the table. strict: the _v2 symbol is required
@@ -122,6 +127,15 @@ func (d *driver) table() []entry {
 		opt("cuDeviceGetPCIBusId", &d.cuDeviceGetPCIBusId), // only for the device's NUMA node
 		opt("cuDevicePrimaryCtxGetState", &d.cuDevicePrimaryCtxGetState),
 		ver(opt("cuDevicePrimaryCtxSetFlags", &d.cuDevicePrimaryCtxSetFlags)), // the v1 refuses an active context
+		// Only the module's tools call these (Binding: the bench's driver
+		// peak, the GPU probe); the plugin never does.
+		ver(opt("cuMemAllocHost", &d.tools.cuMemAllocHost)),
+		opt("cuCtxSetCurrent", &d.tools.cuCtxSetCurrent),
+		opt("cuCtxGetCurrent", &d.tools.cuCtxGetCurrent),
+		ver(opt("cuCtxCreate", &d.tools.cuCtxCreate)),
+		ver(opt("cuCtxDestroy", &d.tools.cuCtxDestroy)),
+		ver(opt("cuMemcpyHtoD", &d.tools.cuMemcpyHtoD)),
+		ver(opt("cuMemcpyDtoH", &d.tools.cuMemcpyDtoH)),
 	}, append(append(d.tensorTable(opt), d.poolTable(opt)...), d.infoTable(opt)...)...)
 }
 

@@ -178,11 +178,16 @@ var symbols = []struct {
 }
 
 // openDriver takes the probe's entry points from the CUDA plugin's binding
-// of the library (OMPALLOC_CUDA_LIBRARY, which run set to path).
+// of the library (OMPALLOC_CUDA_LIBRARY, which run set to path). A process
+// loads libcuda once, for the plugin and the probe alike: a second run in
+// one process with another library is refused, naming both.
 func openDriver(path string) (*driver, error) {
 	b, err := cuda.Bound()
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	if b.Path() != path {
+		return nil, fmt.Errorf("load %s: this process loaded %s already, and loads one libcuda", path, b.Path())
 	}
 	d := &driver{fn: map[string]uintptr{}}
 	for _, s := range symbols {

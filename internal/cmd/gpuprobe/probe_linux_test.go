@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -68,13 +69,31 @@ func TestProbeAgainstTheFake(t *testing.T) {
 		require.Greater(t, near["peak_gb_per_s"], 0.0, "%+v", near)
 		require.NotEmpty(t, near["peak_pages_on"])
 	}
+	require.Equal(t, 1, run(filepath.Join(t.TempDir(), "other.so"), filepath.Join(t.TempDir(), "other.json"), 4<<20),
+		"another library in the same process: the plugin loaded one")
+}
 
-	// A library that is not there: an error in the JSON and a non-zero
-	// exit, no panic.
+// A library that is not there: an error in the JSON and a non-zero exit, no
+// panic. In a process of its own: a process loads libcuda once.
+func TestProbeMissingLibrary(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestProbeMissingLibrary$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "--- PASS: TestProbeMissingLibrary")
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	require.Equal(t, 1, run(filepath.Join(t.TempDir(), "nonexistent.so"), bad, 4<<20))
-	data, err = os.ReadFile(bad)
+	data, err := os.ReadFile(bad)
 	require.NoError(t, err)
+	var rep Report
 	require.NoError(t, json.Unmarshal(data, &rep))
 	require.Contains(t, rep.Error, "dlopen")
 }
+
+// childEnv marks the child process of TestProbeMissingLibrary.
+const childEnv = "GPUPROBE_TEST_CHILD"

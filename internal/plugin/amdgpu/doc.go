@@ -17,7 +17,8 @@
 //   - LockHost = hsa_amd_memory_lock for every GPU agent (as LLVM locks with
 //     no agent list), returning the agent pointer; UnlockHost =
 //     hsa_amd_memory_unlock. The plugin keeps every range it locked, with
-//     the agent pointer from lock time, in one table for all its devices: a
+//     the agent pointer from lock time, in one table for all its devices
+//     (internal/regtab, the process's table of its locks): a
 //     lock inside a range already locked (by another device, or for a
 //     transfer) adds a reference, and the last reference unlocks. It never
 //     asks the runtime again about its own locks, because where libhsakmt

@@ -33,11 +33,14 @@
 // per part: the driver refuses a range partly registered, partly pageable.
 //
 // Page-locking host memory is cuMemHostRegister_v2 with PORTABLE, in pieces of
-// at most 64 GiB. A registration is process-wide in CUDA, so the plugin keeps
-// one registration per host range, counted across devices: locking a buffer
-// for devices 0 and 1 registers it once, and the last unlock unregisters it.
-// The registration keeps a reference on the registering device's primary
-// context until then, so closing that device first does not drop it.
+// at most 64 GiB, of whole pages. A registration is process-wide in CUDA, so
+// every device of the plugin locks through one table of them
+// (internal/regtab): each page is registered once and shared by reference
+// count among devices and ranges (locking a buffer for devices 0 and 1
+// registers it once, two slices in one page share it), and the last unlock
+// unregisters it. A registration keeps a reference on the registering
+// device's primary context until then, so closing that device first does
+// not drop it.
 // Memory the user registered through the driver is reported by ExternalLock
 // and never unregistered here.
 //

@@ -95,7 +95,7 @@ func status(p plugin.Plugin, err error) DriverStatus {
 			s.Init = err.Error()
 		}
 	}
-	return s
+	return driverError(s) // drivererror.go
 }
 
 // NumDevices is the number of accelerators (omp_get_num_devices); the host
@@ -124,7 +124,7 @@ func Get(dev int) (*Device, error) { return get().device(dev) }
 
 func (w *world) device(dev int) (*Device, error) {
 	if dev < 0 || dev >= len(w.devices) {
-		return nil, badDevice(dev, len(w.devices)-1)
+		return nil, withDriverErrors(badDevice(dev, len(w.devices)-1), w.plugins) // drivererror.go
 	}
 	return w.devices[dev], nil
 }

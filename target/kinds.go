@@ -22,8 +22,8 @@ type Info = plugin.Info
 
 // DriverStatus is what Plugins reports about each vendor's driver: Plugin
 // ("cuda", "amdgpu"), Library (the path loaded, "" when none), Version, Init
-// (the driver's answer to initialisation, e.g. "CUDA_ERROR_NO_DEVICE") and
-// Err (nil when the driver is usable).
+// (the driver's answer to initialisation, e.g. "CUDA_ERROR_NO_DEVICE"), Err
+// (a *DriverError; nil when the driver is usable) and Advice (DriverError's).
 type DriverStatus = plugin.Status
 
 // ErrOutOfMemory is what a device allocation's error matches (errors.Is)

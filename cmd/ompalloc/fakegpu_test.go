@@ -200,3 +200,26 @@ func TestFakeGPUPeakFailure(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "h2d driver peak 4 KiB: cuMemAllocHost: CUDA_ERROR_OUT_OF_MEMORY")
 }
+
+// Issue 28 item 5: info prints the advice target.DriverError carries (no
+// table of its own): the fake CUDA driver without devices.
+func TestInfoDriverAdvice(t *testing.T) {
+	lib := fakedrv.Build(t, "fakecuda")
+	env := []string{"OMPALLOC_CUDA_LIBRARY=" + lib, "OMPALLOC_DISABLE_HSA=1", "FAKECUDA_DEVICES=0", "FAKECUDA_VERSION="}
+	const want = "the CUDA driver is installed, but it finds no NVIDIA GPU"
+	r := ompalloc(t, env, "info")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "  cuda: "+want)
+	require.Contains(t, r.stdout, "  amdgpu: unset OMPALLOC_DISABLE_HSA to use AMD GPUs")
+
+	rep, _ := infoJSON(t, env...)
+	for _, d := range rep.Drivers {
+		if d.Plugin == "cuda" {
+			require.Contains(t, d.Advice, want)
+			require.Contains(t, d.Error, d.Advice, "the error carries the advice")
+			require.False(t, d.Usable)
+			return
+		}
+	}
+	t.Fatalf("no cuda driver in %+v", rep.Drivers)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,6 +67,7 @@ type DriverInfo struct {
 	Init    string `json:"init"` // the init result by the driver's name for it, or why there is none
 	Usable  bool   `json:"usable"`
 	Error   string `json:"error,omitempty"`
+	Advice  string `json:"advice,omitempty"` // target.DriverError's: what the error means here, what to do
 }
 
 // DeviceInfo is one OpenMP device.
@@ -230,6 +232,9 @@ func gatherInfo() *InfoReport {
 			d := DriverInfo{Plugin: s.Plugin, Library: s.Library, Version: s.Version, Init: s.Init, Usable: s.Err == nil}
 			if s.Err != nil {
 				d.Error = s.Err.Error()
+			}
+			if de := (*target.DriverError)(nil); errors.As(s.Err, &de) {
+				d.Advice = de.Advice
 			}
 			r.Drivers = append(r.Drivers, d)
 		}
@@ -430,8 +435,8 @@ func writeInfo(w io.Writer, r *InfoReport) {
 			}
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", d.Plugin, lib, dash(d.Version), init)
-		if e := explainInit(d.Plugin, d.Init); e != "" { // explain.go
-			notes = append(notes, "  "+e)
+		if d.Advice != "" {
+			notes = append(notes, fmt.Sprintf("  %s: %s", d.Plugin, d.Advice))
 		}
 	}
 	tw.Flush()

@@ -17,8 +17,10 @@ import (
 
 // maxPublicNames is the ceiling of TestPublicNameCount. Lower it when names
 // go; raising it is a decision about the public API, to make on purpose
-// and to say why in the commit (issue 28 asked for at most 450).
-const maxPublicNames = 536
+// and to say why in the commit (issue 28 asked for at most 450). 539: 3 for
+// target.DriverError (the type, Error, Unwrap), the one typed driver error
+// issue 28 item 5 asks for.
+const maxPublicNames = 539
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under

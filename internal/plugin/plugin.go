@@ -57,6 +57,7 @@ type Status struct {
 	Version string // driver version, "" when unknown
 	Init    string // "CUDA_SUCCESS", "CUDA_ERROR_NO_DEVICE", "not found: ...", ...
 	Err     error  // nil when the driver is usable
+	Advice  string // with Err: what it means on this machine and what to do, in words
 }
 
 // QueueImpl is a vendor queue (a CUDA stream, an HSA signal chain).

@@ -56,7 +56,7 @@ func (p *Plugin) Init() error {
 // hsa_init's result by the runtime's name for it. It loads the runtime.
 func (p *Plugin) Status() plugin.Status {
 	p.once.Do(p.load)
-	s := plugin.Status{Plugin: p.Name(), Version: p.version, Init: p.initName, Err: p.err}
+	s := plugin.Status{Plugin: p.Name(), Version: p.version, Init: p.initName, Err: p.err, Advice: advice(p.err)}
 	if p.lib != nil {
 		s.Library = p.path
 	}

@@ -246,9 +246,16 @@ func cString(p uintptr, max int) string {
 
 // version returns the driver's version as "major.minor" (12020 → "12.2").
 func (d *driver) version() (string, error) {
-	var v int32
-	if err := d.check("cuDriverGetVersion", call(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); err != nil {
+	v, err := d.versionNumber()
+	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d.%d", v/1000, v%1000/10), nil
+	return versionString(v), nil
+}
+
+// versionNumber is cuDriverGetVersion's answer (12020 for CUDA 12.2).
+func (d *driver) versionNumber() (int32, error) {
+	var v int32
+	err := d.check("cuDriverGetVersion", call(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v))))
+	return v, err
 }

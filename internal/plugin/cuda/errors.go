@@ -41,6 +41,7 @@ const (
 	cudaErrorNotInitialized        = 3
 	cudaErrorNoDevice              = 100
 	cudaErrorInvalidDevice         = 101
+	cudaErrorNoBinaryForGPU        = 209
 	cudaErrorInvalidContext        = 201
 	cudaErrorInvalidHandle         = 400
 	cudaErrorNotReady              = 600
@@ -49,6 +50,7 @@ const (
 	cudaErrorHostAlreadyRegistered = 712
 	cudaErrorHostNotRegistered     = 713
 	cudaErrorNotSupported          = 801
+	cudaErrorSystemDriverMismatch  = 803
 )
 
 // Code sentinels; test with errors.Is.

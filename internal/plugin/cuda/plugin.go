@@ -53,9 +53,18 @@ func (p *cudaPlugin) init() ([]*device, error) {
 		p.setStatus(nil, "", whyNone(err))
 		return nil, err
 	}
-	ver, verr := drv.version()
-	if verr != nil {
-		ver = ""
+	// cuDriverGetVersion needs no cuInit: "This function automatically
+	// returns CUDA_ERROR_INVALID_VALUE if the driverVersion argument is
+	// NULL" is its only failure.
+	v, verr := drv.versionNumber()
+	ver := ""
+	if verr == nil {
+		ver = versionString(v)
+	}
+	if verr == nil && v < minVersion {
+		p.setStatus(drv, ver, fmt.Sprintf("driver too old: CUDA %s", ver))
+		return nil, fmt.Errorf("%s %s: %w: %w: CUDA %s, ompalloc needs %s or later", Spec.Name, drv.lib.Path,
+			loader.ErrInitFailed, errTooOld, ver, versionString(minVersion))
 	}
 	if err := drv.check("cuInit", call(drv.cuInit, 0)); err != nil {
 		p.setStatus(drv, ver, nameOf(err))
@@ -106,7 +115,7 @@ func nameOf(err error) string {
 func (p *cudaPlugin) Status() plugin.Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := plugin.Status{Plugin: "cuda", Version: p.version, Init: p.initRes, Err: p.err}
+	s := plugin.Status{Plugin: "cuda", Version: p.version, Init: p.initRes, Err: p.err, Advice: advice(p.err)}
 	if p.drv != nil {
 		s.Library = p.drv.lib.Path
 	}

@@ -116,6 +116,9 @@ type tlbMap struct {
 // are asked for (heap.RegionSizer): munmap of hugetlb memory must end on a
 // huge page boundary, and the heap then counts what is really locked.
 func (s *pinSource) RegionSize(n uintptr) uintptr {
+	if n%hugeTLBPage == 0 {
+		return n // whole huge pages already: no mode to read (a huge pinned block's allocation asks)
+	}
 	if HugePages() == HugePagesTLB {
 		return (n + hugeTLBPage - 1) &^ (hugeTLBPage - 1)
 	}

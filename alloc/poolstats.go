@@ -38,9 +38,10 @@ type PoolStats struct {
 
 	Locked uintptr // bytes locked for the pool: chunks, huge regions, and chunks waiting for an unlock
 	// Idle is the part of Locked kept for reuse with no block in it: empty
-	// chunks, freed huge regions and the pages of freed medium blocks.
-	// Free slots and pages cached per P, for the next allocation on that P,
-	// are not counted: Idle is a lower bound.
+	// chunks, freed huge regions (those kept in a P's cache too) and the
+	// pages of freed medium blocks. Free slots and medium pages cached per
+	// P, for the next allocation on that P, are not counted: Idle is a
+	// lower bound.
 	Idle uintptr
 
 	Chunks     int // 4 MiB chunks (small and medium blocks)

@@ -37,5 +37,6 @@
 // span returns its pages when every slot is back in its central list; a
 // large span returns them at Free; a huge region is either released at
 // Free or retained (state retained) for reuse when the heap keeps such
-// regions, until Trim.
+// regions, in the freeing P's cache or the central list (hugecache.go),
+// until Trim.
 package heap

@@ -233,7 +233,7 @@ func FreeFast(p uintptr, mayDefer bool) error {
 		}
 	}
 	if ch == nil || ch.huge != nil {
-		return freeOther(pid, ch, p) // unpins
+		return freeRegion(pid, ch, p) // unpins
 	}
 	s := ch.pages[((p-ch.base)>>pageShift)&(pagesPerChunk-1)].Load()
 	if s == nil || s.state.Load() != spanSmall {

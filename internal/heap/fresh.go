@@ -19,8 +19,8 @@ func (h *Heap) AllocFresh(size, align uintptr, owner uint32, zero bool, t *Tally
 	if classFor(max(size, 1)+offFor(align), align) >= 0 || foot <= maxMedium && align <= maxMedium {
 		return h.AllocCounted(size, align, owner, zero, t)
 	}
-	if rs, ok := h.src.(RegionSizer); ok {
-		foot = max(foot, rs.RegionSize(foot))
+	if h.sizer != nil {
+		foot = max(foot, h.sizer.RegionSize(foot))
 	}
 	if h.closed.Load() {
 		return 0, 0, ErrClosed

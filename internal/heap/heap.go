@@ -173,7 +173,12 @@ type pcache struct {
 	lists  [numClasses]freeList
 	spans  [4]*span // freed medium spans kept whole, reused without the heap lock
 	nspans int
-	_      [64]byte
+	// freed huge regions kept whole, oldest first, reused without the heap
+	// lock (hugecache.go)
+	regions  [hugePerP]*span
+	nregions int
+	credit   uintptr // KeepHuge budget the P holds beyond its regions (hugecache.go)
+	_        [64]byte
 }
 
 // cacheOf returns P pid's cache, guarded (release it with unpin), or nil
@@ -206,18 +211,22 @@ type Heap struct {
 	countZeroed bool          // tests only: count what zeroBlock clears
 	zeroedBytes atomic.Uint64 // bytes cleared for zero requests, when counted
 
-	mu       sync.Mutex
-	chunks   []*chunk
-	empty    int // chunks with no pages in use
-	partial  [numClasses]*span
-	spare    [maxMedium/pageSize + 1][]*span // freed medium spans by page count, kept for reuse
-	spareN   int                             // bytes in spare
-	huge     []*span                         // retained free huge regions
-	mixed    []*span                         // mixed spans (mixed.go)
-	retained uintptr
-	nhuge    int
-	mapped   uintptr
-	closed   atomic.Bool
+	mu      sync.Mutex
+	chunks  []*chunk
+	empty   int // chunks with no pages in use
+	partial [numClasses]*span
+	spare   [maxMedium/pageSize + 1][]*span // freed medium spans by page count, kept for reuse
+	spareN  int                             // bytes in spare
+	huge    []*span                         // retained free huge regions of the central list, oldest first
+	mixed   []*span                         // mixed spans (mixed.go)
+	nhuge   int
+	mapped  uintptr
+	closed  atomic.Bool
+
+	regions  map[*span]struct{} // every huge region held, for Stats (hugecache.go)
+	kept     atomic.Uintptr     // KeepHuge's budget handed out: central list, P caches and credits
+	keepHuge atomic.Uintptr     // cfg.KeepHuge, read without h.mu (0 once closed)
+	sizer    RegionSizer        // src's, when it sizes regions itself (nil: it does not)
 
 	// Chunks and regions let go under mu, given back after it (giveback.go).
 	doomed    []doomedRange
@@ -228,7 +237,11 @@ type Heap struct {
 
 // New returns a heap drawing on src.
 func New(src Source, cfg Config) *Heap {
-	h := &Heap{src: src, cfg: cfg}
+	h := &Heap{src: src, cfg: cfg, regions: map[*span]struct{}{}}
+	h.keepHuge.Store(cfg.KeepHuge)
+	if rs, ok := src.(RegionSizer); ok {
+		h.sizer = rs
+	}
 	cs := make([]*pcache, runtime.GOMAXPROCS(0))
 	for i := range cs {
 		cs[i] = new(pcache)
@@ -475,7 +488,7 @@ func (h *Heap) AllocGuarded(size, align uintptr, owner uint32, zero bool, t *Tal
 // cache (see cacheSpan), taken in the one pinned section.
 func (h *Heap) allocSpanGuarded(size, align uintptr, owner uint32, zero bool, t *Tally, closed *atomic.Bool) (p, footprint uintptr, ok, refused bool) {
 	if size > maxMedium || align > maxMedium {
-		return 0, 0, false, false
+		return h.allocRegionGuarded(size, align, owner, zero, t, closed)
 	}
 	foot := roundUp(size, pageSize)
 	var s *span

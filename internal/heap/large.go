@@ -91,15 +91,19 @@ func (h *Heap) addChunk(p, usable uintptr) *chunk {
 // acquireChunk gets a chunk from the source, and how much of it is usable.
 // A source that refuses while chunks are on their way back to it (their
 // release waits for a grace period on a goroutine of its own: giveback.go)
-// is asked again once they are back: under a pinned-bytes limit they hold
-// the room a new chunk needs. h.mu held; dropped meanwhile.
+// or while free huge regions are kept (centrally or in P caches:
+// hugecache.go) is asked again once they are back (giveIdle): under a
+// pinned-bytes limit they hold the room a new chunk needs. h.mu held;
+// dropped meanwhile.
 func (h *Heap) acquireChunk(need uintptr) (p, usable uintptr, err error) {
 	p, usable, err = h.acquireChunkOnce(need)
-	if err != nil && h.relChunks+h.relHuge > 0 {
+	if err != nil && (h.relChunks+h.relHuge > 0 || h.kept.Load() > 0) {
 		h.mu.Unlock()
-		h.WaitReleases()
+		again := h.giveIdle()
 		h.mu.Lock()
-		p, usable, err = h.acquireChunkOnce(need)
+		if again {
+			p, usable, err = h.acquireChunkOnce(need)
+		}
 	}
 	return p, usable, err
 }
@@ -163,7 +167,54 @@ func (h *Heap) releaseChunk(ch *chunk) {
 // allocLarge serves blocks too big for size classes: page runs inside a
 // chunk up to 2 MiB, regions of their own beyond. Large blocks carry no
 // header: the user pointer is the span's start, aligned to 64 KiB or more.
+//
+// A huge block (size or alignment over maxMedium) for which the P's cache
+// keeps a region is served here, in one pinned section that also counts it
+// in t (hugecache.go), with no further frame; everything else goes to
+// allocLargeCounted.
 func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool, t *Tally) (uintptr, uintptr, error) {
+	if size <= maxMedium && align <= maxMedium {
+		return h.allocLargeCounted(size, align, owner, zero, t)
+	}
+	foot := roundUp(max(size, 1), pageSize)
+	if h.sizer != nil {
+		foot = max(foot, h.sizer.RegionSize(foot))
+	}
+	pid := pcpu.Pin()
+	cs := *h.caches.Load()
+	if pid >= len(cs) {
+		pcpu.Unpin()
+		return h.allocLargeCounted(size, align, owner, zero, t)
+	}
+	pc := cs[pid]
+	pc.guard.Lock()
+	s := pc.takeFit(foot, align)
+	if s == nil {
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		return h.allocLargeCounted(size, align, owner, zero, t)
+	}
+	foot = s.size + descSize
+	counted, sample := t == nil, false
+	if !counted {
+		counted, sample = t.countPinned(pid, true, int64(size), int64(foot))
+	}
+	pc.guard.Unlock()
+	pcpu.Unpin()
+	if !counted || sample {
+		countRare(t, true, counted, int64(size), int64(foot))
+	}
+	s.owner, s.req = owner, size
+	publish(&s.state, spanLarge)
+	if zero {
+		h.zeroBlock(s.base, size)
+	}
+	return s.base, foot, nil
+}
+
+// allocLargeCounted is allocLarge for every block the P's cache does not
+// serve, counted in t.
+func (h *Heap) allocLargeCounted(size, align uintptr, owner uint32, zero bool, t *Tally) (uintptr, uintptr, error) {
 	p, foot, done, err := h.allocLargeUncounted(size, align, owner, zero, t)
 	if err == nil && !done && t != nil {
 		t.CountAlloc(int64(size), int64(foot))
@@ -172,55 +223,23 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool, t *Tally
 }
 
 // allocLargeUncounted is allocLarge; counted says it counted the block in t
-// already (a cached span: in the pinned section that took it).
+// already (a cached span or region: in the pinned section that took it).
 func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool, t *Tally) (p, foot uintptr, counted bool, err error) {
 	foot = roundUp(max(size, 1), pageSize)
 	if foot <= maxMedium && align <= maxMedium {
-		if s := h.takeCachedSpan(foot/pageSize, align, size, t); s != nil {
-			s.owner, s.req = owner, size
-			publish(&s.state, spanLarge)
-			if zero {
-				h.zeroBlock(s.base, size)
-			}
-			return s.base, foot + descSize, true, nil
-		}
+		return h.allocMedium(foot, size, align, owner, zero, t)
+	}
+	if h.sizer != nil {
+		foot = max(foot, h.sizer.RegionSize(foot))
 	}
 	h.mu.Lock()
 	if h.closed.Load() {
 		h.unlock()
 		return 0, 0, false, ErrClosed
 	}
-	if foot <= maxMedium && align <= maxMedium {
-		if s := h.reuseSpare(foot/pageSize, align); s != nil {
-			s.owner, s.req = owner, size
-			publish(&s.state, spanLarge)
-			h.unlock()
-			if zero {
-				h.zeroBlock(s.base, size)
-			}
-			return s.base, foot + descSize, false, nil
-		}
-		ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
-		if err != nil {
-			h.unlock()
-			return 0, 0, false, err
-		}
-		s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
-		publish(&s.state, spanLarge)
-		// Only the first page points at a large span: a valid Free names it,
-		// and the page bitmap tells interior pointers from free pages.
-		ch.pages[first].Store(s)
-		h.unlock()
-		if zero && !fresh {
-			h.zeroBlock(s.base, size)
-		}
-		return s.base, foot + descSize, false, nil
-	}
-	if rs, ok := h.src.(RegionSizer); ok {
-		foot = max(foot, rs.RegionSize(foot))
-	}
-	s, fresh := h.reuseHuge(foot, align)
+	s := h.reuseHuge(foot, align)
 	h.unlock()
+	fresh := false
 	if s == nil {
 		if s, err = h.newRegion(foot, align); err != nil {
 			return 0, 0, false, err
@@ -232,20 +251,56 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 	if zero && !fresh {
 		h.zeroBlock(s.base, size)
 	}
-	return s.base, s.size + descSize, false, nil
+	return s.base, s.size + descSize, counted, nil
+}
+
+// allocMedium is allocLargeUncounted for a block of foot ≤ maxMedium bytes
+// (a page run in a chunk), aligned to align ≤ maxMedium.
+func (h *Heap) allocMedium(foot, size, align uintptr, owner uint32, zero bool, t *Tally) (p, _ uintptr, counted bool, err error) {
+	if s := h.takeCachedSpan(foot/pageSize, align, size, t); s != nil {
+		s.owner, s.req = owner, size
+		publish(&s.state, spanLarge)
+		if zero {
+			h.zeroBlock(s.base, size)
+		}
+		return s.base, foot + descSize, true, nil
+	}
+	h.mu.Lock()
+	if h.closed.Load() {
+		h.unlock()
+		return 0, 0, false, ErrClosed
+	}
+	if s := h.reuseSpare(foot/pageSize, align); s != nil {
+		s.owner, s.req = owner, size
+		publish(&s.state, spanLarge)
+		h.unlock()
+		if zero {
+			h.zeroBlock(s.base, size)
+		}
+		return s.base, foot + descSize, false, nil
+	}
+	ch, first, fresh, err := h.allocPages(foot/pageSize, max(1, align/pageSize))
+	if err != nil {
+		h.unlock()
+		return 0, 0, false, err
+	}
+	s := &span{chunk: ch, base: ch.base + first*pageSize, npages: foot / pageSize, size: foot, owner: owner, req: size}
+	publish(&s.state, spanLarge)
+	// Only the first page points at a large span: a valid Free names it,
+	// and the page bitmap tells interior pointers from free pages.
+	ch.pages[first].Store(s)
+	h.unlock()
+	if zero && !fresh {
+		h.zeroBlock(s.base, size)
+	}
+	return s.base, foot + descSize, false, nil
 }
 
 // newRegion maps a huge region of foot bytes of its own. h.mu not held.
 func (h *Heap) newRegion(foot, align uintptr) (*span, error) {
 	p, err := h.src.Acquire(foot, max(align, chunkSize))
-	if err != nil {
-		h.mu.Lock()
-		inFlight := h.relChunks+h.relHuge > 0
-		h.mu.Unlock()
-		if inFlight { // as acquireChunk: what goes back may make room
-			h.WaitReleases()
-			p, err = h.src.Acquire(foot, max(align, chunkSize))
-		}
+	if err != nil && h.giveIdle() { // as acquireChunk: what goes back may make room
+		p, err = h.src.Acquire(foot, max(align, chunkSize))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: a %d-byte region: %w", ErrNoMemory, h.cfg.Name, foot, err)
@@ -256,6 +311,7 @@ func (h *Heap) newRegion(foot, align uintptr) (*span, error) {
 	h.mu.Lock()
 	h.mapped += foot
 	h.nhuge++
+	h.regions[s] = struct{}{}
 	h.unlock()
 	setGranules(p, foot, ch)
 	return s, nil
@@ -289,23 +345,22 @@ func (h *Heap) dropSpare() {
 	h.spareN = 0
 }
 
-// reuseHuge takes a retained region that fits foot bytes without wasting
-// more than a quarter: large blocks are never rounded to powers of two.
-func (h *Heap) reuseHuge(foot, align uintptr) (*span, bool) {
+// reuseHuge takes a region of the central list that fits foot bytes
+// aligned to align (fitsHuge), the smallest. h.mu held.
+func (h *Heap) reuseHuge(foot, align uintptr) *span {
 	best := -1
 	for i, s := range h.huge {
-		if s.size >= foot && s.size-foot <= foot/4 && s.base&(align-1) == 0 &&
-			(best < 0 || s.size < h.huge[best].size) {
+		if fitsHuge(s, foot, align) && (best < 0 || s.size < h.huge[best].size) {
 			best = i
 		}
 	}
 	if best < 0 {
-		return nil, false
+		return nil
 	}
 	s := h.huge[best]
 	h.huge = append(h.huge[:best], h.huge[best+1:]...)
-	h.retained -= s.size
-	return s, false
+	h.unreserveKept(s.size)
+	return s
 }
 
 // notAtBlock explains a pointer whose page starts no span: inside a large
@@ -341,13 +396,17 @@ func (h *Heap) freeLarge(pid int, ch *chunk, s *span, p uintptr) (Block, *Tally,
 	}
 	b := Block{Heap: h, Owner: s.owner, Size: s.req, Footprint: s.size + descSize}
 	t := tallyOf(b.Owner) // before the block is counted out (see FreeCounted)
+	if ch.huge != nil {
+		h.freeHuge(pid, s, b, t) // unpins
+		return b, t, nil
+	}
 	// A chunk the source gave only in part (a pinned-bytes limit below a
 	// chunk) has too few pages to keep one whole for a block of its size:
 	// its pages go back at once, for blocks of any size (see keepOrFree).
-	if ch.huge == nil && ch.resv == 0 && h.cacheSpan(pid, s, b, t) { // unpins
+	if ch.resv == 0 && h.cacheSpan(pid, s, b, t) { // unpins
 		return b, t, nil
 	}
-	if ch.huge != nil || ch.resv != 0 {
+	if ch.resv != 0 {
 		pcpu.Unpin()
 	}
 	if t != nil {
@@ -378,17 +437,23 @@ func (h *Heap) keepOrFree(s *span) {
 		h.freeSpan(s)
 		return
 	}
-	if s.size <= h.cfg.KeepHuge && !closed {
+	if keep := h.keepHuge.Load(); s.size <= keep && !closed {
 		// The region just freed is the likeliest to be asked for again (a
 		// loop of big buffers): make room by releasing the oldest kept.
-		for h.retained+s.size > h.cfg.KeepHuge {
+		// What P caches keep and their credit count too (h.kept); a P
+		// gives its own back when it needs room (freeHugeRare), Trim
+		// every P's.
+		for !h.reserveKept(s.size, keep) {
+			if len(h.huge) == 0 {
+				h.releaseHuge(s)
+				return
+			}
 			old := h.huge[0]
 			h.huge = append(h.huge[:0], h.huge[1:]...)
-			h.retained -= old.size
+			h.unreserveKept(old.size)
 			h.releaseHuge(old)
 		}
 		h.huge = append(h.huge, s)
-		h.retained += s.size
 		return
 	}
 	h.releaseHuge(s)
@@ -398,12 +463,8 @@ func (h *Heap) keepOrFree(s *span) {
 // t there, in the pinned section the caller began; it unpins. False: not
 // kept, not counted.
 func (h *Heap) cacheSpan(pid int, s *span, b Block, t *Tally) bool {
-	if h.closed.Load() {
-		pcpu.Unpin()
-		return false
-	}
 	cs := *h.caches.Load()
-	if pid >= len(cs) {
+	if pid >= len(cs) || h.closed.Load() { // closed after the caches: see cacheHuge
 		pcpu.Unpin()
 		return false
 	}
@@ -469,6 +530,7 @@ func (pc *pcache) takeSpan(n, align uintptr) *span {
 func (h *Heap) releaseHuge(s *span) {
 	s.state.Store(spanDead)
 	h.nhuge--
+	delete(h.regions, s)
 	setGranules(s.base, s.size, nil)
 	h.doom(doomedRange{base: s.base, size: s.size, mapped: s.size, huge: true})
 }

@@ -40,13 +40,15 @@ func (h *Heap) trim() uintptr {
 		for _, s := range pc.spans[:pc.nspans] {
 			h.keepOrFree(s)
 		}
+		h.drainRegions(pc)
 		pc.guard.Unlock()
 	}
 	h.dropSpare()
 	for _, s := range h.huge {
+		h.unreserveKept(s.size)
 		h.releaseHuge(s)
 	}
-	h.huge, h.retained = nil, 0
+	h.huge = nil
 	for i := len(h.chunks) - 1; i >= 0; i-- {
 		if ch := h.chunks[i]; ch.used == ch.resv {
 			h.releaseChunk(ch)
@@ -61,13 +63,17 @@ func (h *Heap) trim() uintptr {
 
 // Close trims the heap and refuses further allocation. Blocks still live
 // stay valid until freed; their memory returns to the source as it empties.
+//
+// closed is set before the trim: a free that caches a span or region loads
+// the caches, then closed (cacheHuge), so one that still kept something
+// did so in a cache the trim takes and drains.
 func (h *Heap) Close() {
-	h.Trim()
 	h.mu.Lock()
 	h.closed.Store(true)
 	h.cfg.KeepChunks, h.cfg.KeepHuge = 0, 0
+	h.keepHuge.Store(0)
 	h.unlock()
-	h.WaitReleases()
+	h.Trim()
 }
 
 // Stats describes what a heap holds.
@@ -76,11 +82,12 @@ type Stats struct {
 	Chunks      int     // 4 MiB chunks
 	EmptyChunks int     // of which hold no block
 	Huge        int     // huge regions, retained ones included
-	Retained    uintptr // bytes of retained free huge regions
+	Retained    uintptr // bytes of retained free huge regions, those kept in P caches included
 	Spare       uintptr // bytes of freed medium blocks' pages kept whole for reuse
 	// FreeBlocks counts what the heap keeps for reuse with no block in it:
-	// empty chunks, retained huge regions and spare medium spans (not the
-	// free slots of partly used spans, nor what per-P caches hold).
+	// empty chunks, retained huge regions (in P caches too) and spare
+	// medium spans (not the free slots of partly used spans, nor the slots
+	// and medium spans per-P caches hold).
 	FreeBlocks int
 }
 
@@ -96,7 +103,8 @@ func (h *Heap) Stats() Stats {
 	for _, l := range h.spare {
 		spans += len(l)
 	}
+	idle, nidle := h.idleHuge() // the central list's and every P cache's (hugecache.go)
 	return Stats{Mapped: h.mapped, Chunks: len(h.chunks) + h.relChunks, EmptyChunks: h.empty + h.relChunks,
-		Huge: h.nhuge + h.relHuge, Retained: h.retained, Spare: uintptr(h.spareN),
-		FreeBlocks: h.empty + len(h.huge) + spans}
+		Huge: h.nhuge + h.relHuge, Retained: idle, Spare: uintptr(h.spareN),
+		FreeBlocks: h.empty + nidle + spans}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -13,8 +14,9 @@ import (
 var (
 	// ErrInvalidTrait: a trait key or value is not allowed (see package traits).
 	ErrInvalidTrait = traits.ErrInvalidTrait
-	// ErrInvalidArgument: a bad size, alignment, memory space or handle.
-	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidArgument: a bad size, alignment, memory space or handle
+	// (the same variable as target.ErrInvalidArgument).
+	ErrInvalidArgument = sentinel.ErrInvalidArgument
 	// ErrPoolExhausted: the allocator's pool_size quota has no room.
 	ErrPoolExhausted = errors.New("allocator pool exhausted")
 	// ErrOutOfMemory: the memory behind the allocator could not be had.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -87,8 +88,8 @@ func ExampleResize() {
 	// <nil>
 }
 
-// InspectSlice says who owns a slice's memory, how big it is and whether
-// it is pinned.
+// InspectSlice says who owns a slice's memory and how big it is
+// (target.IsPinned says whether it is pinned).
 func ExampleInspectSlice() {
 	a, _ := alloc.New(memspace.Default, alloc.WithPoolSize(1<<20), alloc.WithFallback(traits.DefaultMemFb))
 	defer a.Destroy()
@@ -96,7 +97,7 @@ func ExampleInspectSlice() {
 	big, _ := alloc.Make[byte](a, 2<<20) // beyond the pool: the fallback serves it
 	for _, s := range [][]byte{small, big} {
 		info, _ := alloc.InspectSlice(s)
-		fmt.Println(info.Allocator == a, info.Size, info.Pinned)
+		fmt.Println(info.Allocator == a, info.Size, target.IsPinned(s))
 		alloc.FreeSlice(a, s)
 	}
 	// Output:

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/target"
 )
 
 // BlockInfo describes a live block: what Inspect and InspectSlice return.
@@ -21,9 +20,6 @@ type BlockInfo struct {
 	// ArrowAllocator.Reallocate grow into it without copying. 0 for target memory,
 	// which never grows in place.
 	Room uintptr
-	// Pinned says the block is page-locked memory: from a pinned
-	// allocator's pool, or target host memory the driver allocated pinned.
-	Pinned bool
 }
 
 // Inspect describes the live block that starts at p. Pointers this runtime
@@ -35,13 +31,12 @@ func Inspect(p unsafe.Pointer) (BlockInfo, error) {
 		if errors.Is(err, heap.ErrForeign) {
 			if v, ok := targetBlocks.Load(uintptr(p)); ok {
 				tb := v.(targetBlock)
-				return BlockInfo{Allocator: tb.a, Size: tb.size,
-					Pinned: tb.kind == target.MemHost && !tb.dev.IsHost()}, nil
+				return BlockInfo{Allocator: tb.a, Size: tb.size}, nil
 			}
 		}
 		return BlockInfo{}, opPointerError("Inspect", p, err)
 	}
-	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room, Pinned: isPinnedHeap(b.Heap)}, nil
+	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room}, nil
 }
 
 // Containing finds the live heap block that holds address p, at its start

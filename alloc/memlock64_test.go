@@ -81,8 +81,8 @@ func TestMemlock64Child(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		require.True(t, dev.Registry().IsPinned(uintptr(p)), "block %d of %d bytes is locked", len(ps), n)
-		require.True(t, dev.Registry().IsPinned(uintptr(p)+n-1), "to its last byte")
+		require.True(t, registered(dev.Registry(), uintptr(p)), "block %d of %d bytes is locked", len(ps), n)
+		require.True(t, registered(dev.Registry(), uintptr(p)+n-1), "to its last byte")
 		ps = append(ps, p)
 		foot += heap.Footprint(n, 16)
 		require.NoError(t, base.Consistent(), "after block %d", len(ps))

@@ -16,9 +16,9 @@ import (
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -258,7 +258,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 		start := time.Now()
 		var locks, mapped int
 		if uerr = fault.Check(fault.PinUnlock); uerr != nil {
-			uerr = fmt.Errorf("%w: %w", uerr, pinned.ErrStillLocked)
+			uerr = fmt.Errorf("%w: %w", uerr, sentinel.ErrStillLocked)
 		} else {
 			locks, mapped, uerr = hooks.ReleaseMem(d.ID, p)
 		}
@@ -271,7 +271,7 @@ func (s *pinSource) Release(p, n uintptr) error {
 			warn.Printf(warn.DroppedLock, "alloc", "alloc: %s released its chunk [%#x, %#x) with %d locks (TargetLockMem) and %d mapped locks still inside it; they are dropped",
 				s.name, p, p+n, locks, mapped)
 		}
-		if errors.Is(uerr, pinned.ErrStillLocked) {
+		if errors.Is(uerr, sentinel.ErrStillLocked) {
 			s.mu.Lock()
 			if s.stuck == nil {
 				s.stuck = map[uintptr]uintptr{}

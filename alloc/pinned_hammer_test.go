@@ -65,7 +65,7 @@ func TestPinnedHammer(t *testing.T) {
 						fail("unlock inside a pinned block: %v", err)
 						return
 					}
-					if !dev.Registry().IsPinned(uintptr(p)) {
+					if !registered(dev.Registry(), uintptr(p)) {
 						fail("a pinned block is not pinned")
 						return
 					}
@@ -136,7 +136,7 @@ func TestSmallPinnedLimitServesWhatItAllows(t *testing.T) {
 			require.ErrorIs(t, err, alloc.ErrPinFailed)
 			break
 		}
-		require.True(t, dev.Registry().IsPinned(uintptr(p)), "block %d is locked", len(ps))
+		require.True(t, registered(dev.Registry(), uintptr(p)), "block %d is locked", len(ps))
 		ps = append(ps, p)
 		served += 1000
 		require.Less(t, len(ps), 10000, "the limit is never passed")

@@ -30,7 +30,7 @@ func vmLckKiB(t *testing.T) int {
 func isPinned(t *testing.T, p unsafe.Pointer) bool {
 	d, err := target.Get(target.DefaultDevice())
 	require.NoError(t, err)
-	return d.Registry().IsPinned(uintptr(p))
+	return registered(d.Registry(), uintptr(p))
 }
 
 // GCC's alloc-pinned tests: VmLck rises for pinned alloc, calloc and
@@ -46,7 +46,7 @@ func TestPinnedTraitLocksMemory(t *testing.T) {
 	host, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(host.ID), WithAlignment(64), WithFallback(traits.NullFb))
-	isPinned := func(t *testing.T, p unsafe.Pointer) bool { return host.Registry().IsPinned(uintptr(p)) }
+	isPinned := func(t *testing.T, p unsafe.Pointer) bool { return registered(host.Registry(), uintptr(p)) }
 	held := holdBlocks(t)
 
 	p, err := a.Alloc(100)

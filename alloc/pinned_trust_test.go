@@ -9,7 +9,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -58,25 +57,25 @@ func TestUserUnlockCannotUnpinAPinnedChunk(t *testing.T) {
 	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	err = d.UnlockMem(uintptr(p))
-	require.ErrorIs(t, err, pinned.ErrNotLocked)
+	require.ErrorIs(t, err, target.ErrNotLocked)
 	require.ErrorContains(t, err, "held by the pinned heap of device")
 	require.ErrorContains(t, err, "0 Lock")
 	require.Equal(t, before, pinnedNow(t), "VmLck, registry and pinned bytes unchanged")
 	require.Equal(t, statsBefore.PinnedBytes, a.Stats().PinnedBytes)
-	require.True(t, d.Registry().IsPinned(uintptr(p)))
+	require.True(t, registered(d.Registry(), uintptr(p)))
 	require.Positive(t, before.held, "the chunk is held by the pinned heap")
 
 	// The next block of the chunk is still locked.
 	q, err := a.Alloc(64)
 	require.NoError(t, err)
-	require.True(t, d.Registry().IsPinned(uintptr(q)))
+	require.True(t, registered(d.Registry(), uintptr(q)))
 	require.NoError(t, Free(q))
 
 	// A user's own lock inside the block is counted apart and undone alone.
 	_, err = d.LockMem(uintptr(p), 64)
 	require.NoError(t, err)
 	require.NoError(t, d.UnlockMem(uintptr(p)))
-	require.ErrorIs(t, d.UnlockMem(uintptr(p)), pinned.ErrNotLocked)
+	require.ErrorIs(t, d.UnlockMem(uintptr(p)), target.ErrNotLocked)
 	require.Equal(t, before, pinnedNow(t))
 }
 
@@ -102,14 +101,14 @@ func TestUserLockInsideReleasedChunkIsDropped(t *testing.T) {
 	require.Equal(t, base, pinnedNow(t), "no entry, no locked page, no pinned byte left")
 	require.Equal(t, 1, bytes.Count(warn.Bytes(), []byte("\n")), warn.String())
 	require.Contains(t, warn.String(), "with 2 locks (TargetLockMem)")
-	require.False(t, d.Registry().IsPinned(uintptr(p)))
-	require.ErrorIs(t, d.UnlockMem(uintptr(p)), pinned.ErrNotLocked, "the user's late unlock finds nothing")
+	require.False(t, registered(d.Registry(), uintptr(p)))
+	require.ErrorIs(t, d.UnlockMem(uintptr(p)), target.ErrNotLocked, "the user's late unlock finds nothing")
 
 	// A new chunk, quite possibly at the same address, is locked.
 	b := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	q, err := b.Alloc(64)
 	require.NoError(t, err)
-	require.True(t, d.Registry().IsPinned(uintptr(q)))
+	require.True(t, registered(d.Registry(), uintptr(q)))
 	in, ok := d.Registry().Entry(uintptr(q))
 	require.True(t, ok)
 	require.Zero(t, in.Refs, "no user reference carried over")
@@ -139,7 +138,7 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 	d2, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	require.Same(t, d, d2, "the devices were not shut down")
-	require.True(t, d2.Registry().IsPinned(uintptr(p)))
+	require.True(t, registered(d2.Registry(), uintptr(p)))
 
 	require.NoError(t, Free(p)) // the chunk stays cached in the heap
 	require.NoError(t, target.Shutdown())
@@ -150,7 +149,7 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 	d3, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
 	require.NotSame(t, d, d3)
-	require.True(t, d3.Registry().IsPinned(uintptr(q)), "the new device knows the new chunk")
+	require.True(t, registered(d3.Registry(), uintptr(q)), "the new device knows the new chunk")
 	require.Greater(t, pinnedNow(t).vmLck, base.vmLck)
 	require.NoError(t, Free(q))
 	require.NoError(t, a.Destroy())

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -70,7 +71,7 @@ func TestInspect(t *testing.T) {
 	require.Same(t, a, info.Allocator)
 	require.Equal(t, uintptr(100), info.Size)
 	require.GreaterOrEqual(t, info.Room, uintptr(100))
-	require.False(t, info.Pinned)
+	require.False(t, target.IsPinned(unsafe.Slice((*byte)(p), 100)))
 
 	_, err = Inspect(unsafe.Add(p, 16))
 	require.ErrorIs(t, err, ErrInvalidPointer)

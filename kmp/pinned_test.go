@@ -37,11 +37,11 @@ func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	require.Equal(t, vm, vmLckKB(t), "VmLck unchanged")
 	require.Equal(t, entries, d.Registry().Len())
 	require.Equal(t, pinnedBytes, alloc.ReadPinnedStats().Bytes)
-	require.True(t, d.Registry().IsPinned(uintptr(p)))
+	require.True(t, registered(d.Registry(), uintptr(p)))
 
 	q := Alloc(64, a)
 	require.NotNil(t, q)
-	require.True(t, d.Registry().IsPinned(uintptr(q)), "later blocks are locked")
+	require.True(t, registered(d.Registry(), uintptr(q)), "later blocks are locked")
 	Free(q, a)
 }
 

@@ -1,7 +1,9 @@
 // Package pinned holds what a device's pinned registry reports: the kind
-// and state of an entry (EntryInfo, Kind), the registry's counters (Stats)
-// and the errors locking returns (ErrOverlap, ErrNotLocked, ...; test them
-// with errors.Is). Read a device's registry through target:
+// and state of an entry (EntryInfo, Kind) and the registry's counters
+// (Stats). The errors locking returns are package target's (ErrOverlap,
+// ErrNotLocked, ErrStillLocked, ErrBusy; test them with errors.Is). Whether
+// a slice is pinned for any device is target.IsPinned's answer. Read a
+// device's registry through target:
 //
 //	d, _ := target.Get(0)
 //	if dev, ok := d.Registry().Lookup(p); ok { ... } // locked: dev is the device's address for p
@@ -19,12 +21,9 @@
 // references (llvm_omp_target_lock_mem) and mapped references (locks taken
 // implicitly while a buffer is mapped for a transfer,
 // LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS). Entries never overlap: a range
-// partly overlapping one is refused with ErrOverlap, changing nothing.
+// partly overlapping one is refused with target.ErrOverlap, changing nothing.
 // Lock references and mapped references are counted apart, so an unmap
 // never drops a user's explicit lock; memory a part of the runtime holds
 // for itself (a pinned allocator's chunks) carries neither, and a user's
-// unlock of it is ErrNotLocked naming its owner.
-//
-// Locker and External are what a device plugin implements for the
-// registry (internal/plugin.Impl satisfies Locker).
+// unlock of it is target.ErrNotLocked naming its owner.
 package pinned

@@ -8,7 +8,7 @@ type Stats struct {
 	RegisteredBytes uintptr // bytes in entries recorded by Register
 	Hits            uint64  // Lock/LockMapped requests served by an existing entry
 	Misses          uint64  // Lock/LockMapped requests that needed a new entry
-	Overlaps        uint64  // requests refused with ErrOverlap
+	Overlaps        uint64  // requests refused with target.ErrOverlap
 	VendorLocks     uint64  // successful Locker.LockHost calls
 	VendorUnlocks   uint64  // Locker.UnlockHost calls
 	LockFailures    uint64  // failed Locker.LockHost or ExternalLock calls

@@ -9,14 +9,16 @@ import (
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Errors of the generic layer; test with errors.Is.
 var (
 	// ErrBadDevice: a device number outside 0..NumDevices().
 	ErrBadDevice = errors.New("no such device")
-	// ErrInvalidArgument: a nil pointer, a zero size or an unknown kind.
-	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidArgument: a nil pointer, a zero size or an unknown kind
+	// (the same variable as alloc.ErrInvalidArgument).
+	ErrInvalidArgument = sentinel.ErrInvalidArgument
 	// ErrShutdown: the device was closed by Shutdown.
 	ErrShutdown = errors.New("device shut down")
 	// ErrUnavailable: the device is listed but could not be opened (a CUDA

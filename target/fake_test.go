@@ -13,8 +13,8 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // aliasBit marks the fake's device-accessible addresses of locked host
@@ -33,7 +33,7 @@ type fakeImpl struct {
 
 	failHostAlloc atomic.Bool
 	failLock      atomic.Bool
-	failUnlock    atomic.Bool // UnlockHost fails with the lock kept (pinned.ErrStillLocked), as HSA's
+	failUnlock    atomic.Bool // UnlockHost fails with the lock kept (ErrStillLocked), as HSA's
 	failSync      atomic.Bool // queues' Synchronize fails (Destroy then returns at once, its work still queued)
 	failQuery     atomic.Bool // queues' Query fails
 
@@ -81,7 +81,7 @@ func (f *fakeImpl) LockHost(p, n uintptr) (uintptr, error) {
 
 func (f *fakeImpl) UnlockHost(p uintptr) error {
 	if f.failUnlock.Load() {
-		return fmt.Errorf("unlock %#x: %w: %w", p, errInjected, pinned.ErrStillLocked)
+		return fmt.Errorf("unlock %#x: %w: %w", p, errInjected, ErrStillLocked)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -93,15 +93,15 @@ func (f *fakeImpl) UnlockHost(p uintptr) error {
 	return nil
 }
 
-func (f *fakeImpl) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+func (f *fakeImpl) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for a, al := range f.allocs {
 		if al.kind == MemHost && !al.freed && a <= p && p+n <= a+al.size {
-			return pinned.External{Host: a, Dev: a | aliasBit, Size: al.size}, true, nil
+			return pinreg.External{Host: a, Dev: a | aliasBit, Size: al.size}, true, nil
 		}
 	}
-	return pinned.External{}, false, nil
+	return pinreg.External{}, false, nil
 }
 
 func (f *fakeImpl) Alloc(kind MemKind, n uintptr) (uintptr, error) {

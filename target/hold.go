@@ -8,10 +8,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/hooks"
 )
 
-// ErrBusy: Shutdown refused because pinned heaps still hold locked chunks
-// for live blocks; nothing was shut down.
-var ErrBusy = errors.New("device busy")
-
 // holdMu orders HoldMem against Shutdown: holds take it shared, Shutdown
 // exclusively around its check and the close, so no chunk is held on a
 // device that Shutdown found free and then closes.

@@ -15,7 +15,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // AllDevices, as Pin's device, pins for every accelerator (the host device
@@ -60,7 +59,7 @@ type pinRecord struct {
 // slice inside memory already locked for a device (a pinned allocator's
 // block, an earlier Pin, a LockMem) only adds a reference to that lock, and
 // Unpin drops it; a slice overlapping a locked range in part is refused
-// (pinned.ErrOverlap). Copies of the slice then take the one-step pinned
+// (ErrOverlap). Copies of the slice then take the one-step pinned
 // path, and IsPinned reports it.
 //
 // The element type must hold no Go pointers (a device writing into it
@@ -199,7 +198,7 @@ func goMemory(ptr unsafe.Pointer) (err error) {
 // queued it returns at once and the locks are dropped behind them (by the
 // Synchronize, Query or Close that finds them done; the driver's own
 // unlock, cuMemHostUnregister, may synchronize the device there). A failed
-// unlock that left the lock in place (pinned.ErrStillLocked: HSA's unlock,
+// unlock that left the lock in place (ErrStillLocked: HSA's unlock,
 // refused) keeps the handle, its lock and the Go object: Unpin or Close
 // may be called again. A deferred unlock's failure is returned by the next
 // Unpin or Close. A second Unpin after a complete one is an error.
@@ -304,7 +303,7 @@ func (r *pinRecord) unlockDeferred() {
 
 // unlockNow drops the lock on every device the pin still holds. A device
 // whose unlock failed with the lock and reference kept
-// (pinned.ErrStillLocked) stays, for a retry; once none is left the Go
+// (ErrStillLocked) stays, for a retry; once none is left the Go
 // object may go.
 func (r *pinRecord) unlockNow() error {
 	r.mu.Lock()
@@ -315,7 +314,7 @@ func (r *pinRecord) unlockNow() error {
 	for _, d := range devs {
 		if err := d.UnlockMem(r.p); err != nil {
 			errs = append(errs, err)
-			if errors.Is(err, pinned.ErrStillLocked) {
+			if errors.Is(err, ErrStillLocked) {
 				kept = append(kept, d)
 			}
 		}

@@ -7,8 +7,6 @@ import (
 	"weak"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // Issue 27 item 1: Pin(s), CopyFromDevice(s, arr, q), Unpin(), and no other
@@ -114,7 +112,7 @@ func TestQueuedCopyKeepsLockedGoMemory(t *testing.T) {
 }
 
 // Issue 27 item 4: with the driver refusing the unlock (the lock kept:
-// pinned.ErrStillLocked, as HSA's), the registry kept its entry but the
+// ErrStillLocked, as HSA's), the registry kept its entry but the
 // handle had dropped its Pinner and reference: a second Unpin said
 // "already unpinned" and Close returned nil. The handle now keeps
 // everything until the unlock succeeded.
@@ -127,7 +125,7 @@ func TestFailedUnpinCanBeRetried(t *testing.T) {
 
 	err := h.Unpin()
 	require.ErrorIs(t, err, errInjected)
-	require.ErrorIs(t, err, pinned.ErrStillLocked)
+	require.ErrorIs(t, err, ErrStillLocked)
 	e, ok := d.Registry().Entry(p)
 	require.True(t, ok)
 	require.Equal(t, 1, e.Refs)
@@ -136,7 +134,7 @@ func TestFailedUnpinCanBeRetried(t *testing.T) {
 		runtime.GC()
 	}
 	require.NotNil(t, wp.Value(), "the handle keeps the object while it is locked")
-	require.ErrorIs(t, h.Close(), pinned.ErrStillLocked, "Close reports the unlock failing again")
+	require.ErrorIs(t, h.Close(), ErrStillLocked, "Close reports the unlock failing again")
 
 	f.failUnlock.Store(false)
 	require.NoError(t, h.Unpin(), "a retry unlocks")

@@ -19,11 +19,9 @@ import (
 type Registry struct{ r *pinreg.Registry }
 
 // Lookup returns the device's address for host address p when p is inside
-// an entry.
+// an entry. Whether a slice is pinned for any device is IsPinned's
+// question, the one a program asks.
 func (v Registry) Lookup(p uintptr) (dev uintptr, ok bool) { return v.r.Lookup(p) }
-
-// IsPinned reports whether p is inside an entry.
-func (v Registry) IsPinned(p uintptr) bool { return v.r.IsPinned(p) }
 
 // Entry returns the state of the entry containing p.
 func (v Registry) Entry(p uintptr) (pinned.EntryInfo, bool) { return v.r.Entry(p) }

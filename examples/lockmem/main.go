@@ -16,7 +16,6 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/kmp"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -49,7 +48,7 @@ func main() {
 	// A range that starts inside the buffer and runs past its end is refused.
 	_, err = d.LockMem(uintptr(buf)+size-4096, 8192)
 	fmt.Println("partial overlap:", err)
-	fmt.Println("  errors.Is(err, pinned.ErrOverlap):", errors.Is(err, pinned.ErrOverlap))
+	fmt.Println("  errors.Is(err, target.ErrOverlap):", errors.Is(err, target.ErrOverlap))
 	fmt.Println("  kmp returns nil:", kmp.TargetLockMem(unsafe.Add(buf, size-4096), 8192, dev) == nil)
 
 	// Unlock with any pointer inside the range; the last unlock unlocks.
@@ -60,7 +59,7 @@ func main() {
 	// Unlocking again is an error, and changes nothing.
 	err = d.UnlockMem(uintptr(buf))
 	fmt.Println("unlock of unlocked memory:", err)
-	fmt.Println("  errors.Is(err, pinned.ErrNotLocked):", errors.Is(err, pinned.ErrNotLocked))
+	fmt.Println("  errors.Is(err, target.ErrNotLocked):", errors.Is(err, target.ErrNotLocked))
 
 	// A device that does not exist: an error, never an abort.
 	_, err = target.Get(42)

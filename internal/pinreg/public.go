@@ -3,17 +3,16 @@ package pinreg
 import (
 	"fmt"
 
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 	"github.com/ompalloc/ompalloc/pinned"
 )
 
-// The registry's answers and errors are package pinned's public types, so
+// The registry's answers are package pinned's public types, so
 // that what target returns to a user is what this package computed.
 type (
 	Kind      = pinned.Kind
 	EntryInfo = pinned.EntryInfo
 	Stats     = pinned.Stats
-	Locker    = pinned.Locker
-	External  = pinned.External
 )
 
 const (
@@ -22,12 +21,14 @@ const (
 	KindRegistered = pinned.KindRegistered
 )
 
+// The registry's errors are the shared sentinels of internal/errs, which
+// target re-exports.
 var (
-	ErrOverlap     = pinned.ErrOverlap
-	ErrNotLocked   = pinned.ErrNotLocked
-	ErrBusy        = pinned.ErrBusy
-	ErrInvalid     = pinned.ErrInvalid
-	ErrStillLocked = pinned.ErrStillLocked
+	ErrOverlap     = sentinel.ErrOverlap
+	ErrNotLocked   = sentinel.ErrNotLocked
+	ErrBusy        = sentinel.ErrBusy
+	ErrInvalid     = sentinel.ErrInvalidArgument
+	ErrStillLocked = sentinel.ErrStillLocked
 )
 
 // span formats [p, end) for messages.

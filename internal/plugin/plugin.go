@@ -1,6 +1,8 @@
 package plugin
 
-import "github.com/ompalloc/ompalloc/pinned"
+import (
+	"github.com/ompalloc/ompalloc/internal/pinreg"
+)
 
 // Impl is the thin per-vendor part of a device, as LLVM's GenericDeviceTy
 // leaves to each plugin. Everything generic (numbering, argument checks, the
@@ -9,7 +11,7 @@ import "github.com/ompalloc/ompalloc/pinned"
 //
 // An Impl must be safe for concurrent use.
 type Impl interface {
-	pinned.Locker
+	pinreg.Locker
 
 	// Info describes the device (name, vendor, memory, ...).
 	Info() Info

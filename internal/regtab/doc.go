@@ -41,7 +41,7 @@
 // registered is unregistered again, and the references it took are dropped.
 // A failed unregister keeps the registration (the driver may still hold the
 // pages): unreferenced, to be reused by the next lock of its pages and tried
-// again by ReleaseAll; and when the error wraps pinned.ErrStillLocked (the
+// again by ReleaseAll; and when the error wraps sentinel.ErrStillLocked (the
 // driver says nothing changed, so a retry is safe), the hold too, so that the
 // caller's retry of Unlock unregisters it.
 //

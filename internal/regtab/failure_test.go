@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // A resolve that refuses the lock (CUDA: the device does not see the range
@@ -62,7 +62,7 @@ func TestUnregisterFailureKeepsRegistration(t *testing.T) {
 	require.Empty(t, d.misuse)
 }
 
-// An unregister failing with pinned.ErrStillLocked keeps the hold too, so
+// An unregister failing with sentinel.ErrStillLocked keeps the hold too, so
 // that the caller's retry unregisters (the HSA plugin's contract with the
 // registry).
 func TestStillLockedKeepsTheHold(t *testing.T) {
@@ -71,8 +71,8 @@ func TestStillLockedKeepsTheHold(t *testing.T) {
 	const p = 1 << 30
 	_, err := tab.Lock(0, p, page, d.register, resolve)
 	require.NoError(t, err)
-	d.failUnreg = fmt.Errorf("busy: %w", pinned.ErrStillLocked)
-	require.ErrorIs(t, tab.Unlock(0, p), pinned.ErrStillLocked)
+	d.failUnreg = fmt.Errorf("busy: %w", sentinel.ErrStillLocked)
+	require.ErrorIs(t, tab.Unlock(0, p), sentinel.ErrStillLocked)
 	require.Equal(t, map[uintptr]int{p: 1}, tab.Snapshot())
 	require.NoError(t, tab.Unlock(0, p), "the retry")
 	require.Empty(t, tab.Snapshot())

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/inflight"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // ErrNotLocked is Unlock's error when the holder holds no lock at the
@@ -49,7 +49,7 @@ type Config[T any] struct {
 	// Exact table registers each range as it is.
 	MaxPiece uintptr
 	// Unregister is the driver's unregister of r, called without the
-	// table's mutex. An error wrapping pinned.ErrStillLocked says the
+	// table's mutex. An error wrapping sentinel.ErrStillLocked says the
 	// registration is intact and a retry safe.
 	Unregister func(r Reg[T]) error
 	// NotLocked and Overlap are the plugin's sentinels for ErrNotLocked
@@ -110,7 +110,7 @@ func (t *Table[H, T]) bounds(p, n uintptr) (lo, hi uintptr) {
 // table is left as it was.
 func (t *Table[H, T]) Lock(h H, p, n uintptr, register func(s Span) (T, error), resolve func(p uintptr, all, made []Reg[T]) (uintptr, error)) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
-		return 0, fmt.Errorf("lock %#x+%d: %w", p, n, pinned.ErrInvalid)
+		return 0, fmt.Errorf("lock %#x+%d: %w", p, n, sentinel.ErrInvalidArgument)
 	}
 	lo, hi := t.bounds(p, n)
 	t.mu.Lock()
@@ -263,7 +263,7 @@ func (t *Table[H, T]) dropLocked(rs []*reg[T]) error {
 
 // unregisterLocked unregisters rs, which nothing references, each in
 // flight meanwhile, and takes those done out of the table; it returns those
-// still locked (the driver said pinned.ErrStillLocked). mu held on entry
+// still locked (the driver said sentinel.ErrStillLocked). mu held on entry
 // and return (released meanwhile).
 func (t *Table[H, T]) unregisterLocked(rs []*reg[T]) (still []*reg[T], err error) {
 	if len(rs) == 0 {
@@ -286,7 +286,7 @@ func (t *Table[H, T]) unregisterLocked(rs []*reg[T]) (still []*reg[T], err error
 		case errs[i] == nil:
 			t.removeLocked(r)
 			removed = true
-		case errors.Is(errs[i], pinned.ErrStillLocked):
+		case errors.Is(errs[i], sentinel.ErrStillLocked):
 			still = append(still, r)
 		}
 	}
@@ -297,7 +297,7 @@ func (t *Table[H, T]) unregisterLocked(rs []*reg[T]) (still []*reg[T], err error
 }
 
 // Unlock drops h's newest lock at p; a registration left without
-// references is unregistered. When that fails with pinned.ErrStillLocked,
+// references is unregistered. When that fails with sentinel.ErrStillLocked,
 // the lock stays h's (less what was unregistered), so that Unlock may be
 // retried; on another failure the registration stays, unreferenced, for
 // the next lock of its pages to reuse and ReleaseAll to try again.

@@ -16,7 +16,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -106,7 +105,7 @@ func (w *world) intact(t *testing.T) {
 	require.True(t, ok, "the sentinel lock is still there")
 	require.Equal(t, 2, e.Refs, "the sentinel lock still has its two references")
 	require.Equal(t, uintptr(sentinelLock), e.Size)
-	require.True(t, w.pinDev.Registry().IsPinned(uintptr(w.blocks[2].p)), "the pinned sentinel is still pinned")
+	require.True(t, registered(w.pinDev.Registry(), uintptr(w.blocks[2].p)), "the pinned sentinel is still pinned")
 	alloc.Trim()
 	require.Equal(t, w.regLen, w.host.Registry().Len(), "registry entries")
 	var live int64
@@ -235,7 +234,7 @@ func goAPICases() []badCase {
 	add("free of a pinned block through the default allocator unpins it", func(t *testing.T, w *world) {
 		p, err := w.pinned.Alloc(1 << 20)
 		require.NoError(t, err)
-		require.True(t, w.pinDev.Registry().IsPinned(uintptr(p)))
+		require.True(t, registered(w.pinDev.Registry(), uintptr(p)))
 		require.NoError(t, alloc.Default().Free(p))
 	})
 	add("BlockSize and Owner of a foreign pointer", func(t *testing.T, w *world) {
@@ -470,8 +469,8 @@ func goAPICases() []badCase {
 		require.Error(t, err)
 	})
 	add("UnlockMem of what was never locked", func(t *testing.T, w *world) {
-		isErr(pinned.ErrNotLocked)(t, w.host.UnlockMem(hostBuf(t, 4096)))
-		isErr(pinned.ErrNotLocked)(t, w.host.UnlockMem(w.lockBuf+sentinelLock))
+		isErr(target.ErrNotLocked)(t, w.host.UnlockMem(hostBuf(t, 4096)))
+		isErr(target.ErrNotLocked)(t, w.host.UnlockMem(w.lockBuf+sentinelLock))
 		require.Error(t, w.host.UnlockMem(0))
 	})
 	for _, o := range []struct {
@@ -485,7 +484,7 @@ func goAPICases() []badCase {
 	} {
 		add("partial-overlap lock that "+o.name, func(t *testing.T, w *world) {
 			_, err := w.host.LockMem(w.lockBuf+o.off, o.sz)
-			isErr(pinned.ErrOverlap)(t, err)
+			isErr(target.ErrOverlap)(t, err)
 			require.Contains(t, err.Error(), fmt.Sprintf("%#x", w.lockBuf), "the error names the locked range")
 		})
 	}

@@ -156,7 +156,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 			case traits.DefaultMemFb, traits.AllocatorFb:
 				require.NoError(t, err)
 				pattern(bytesAt(p, 4096), 1)
-				require.False(t, d0.Registry().IsPinned(uintptr(p)), "fallback memory is not pinned")
+				require.False(t, registered(d0.Registry(), uintptr(p)), "fallback memory is not pinned")
 				o, err := alloc.Owner(p)
 				require.NoError(t, err)
 				if fb == traits.AllocatorFb {
@@ -170,7 +170,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 			// The next allocation is pinned through the driver.
 			q, err := a.Alloc(4096)
 			require.NoError(t, err)
-			require.True(t, d0.Registry().IsPinned(uintptr(q)))
+			require.True(t, registered(d0.Registry(), uintptr(q)))
 			require.NoError(t, alloc.Free(q))
 			require.NoError(t, a.Destroy())
 			require.NoError(t, plain.Destroy())
@@ -347,7 +347,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		undo()
 		faults++
 		require.ErrorContains(t, err, "cuMemHostUnregister")
-		require.False(t, d0.Registry().IsPinned(buf))
+		require.False(t, registered(d0.Registry(), buf))
 		require.Equal(t, 1, fk.count(cuLiveRegistered), "the driver still holds the registration")
 		// The range can be locked again: the kept registration is reused,
 		// not taken for one made outside the runtime; the next unlock
@@ -387,7 +387,7 @@ func TestCUDAInitFaultChild(t *testing.T) {
 	d, err := target.Get(0)
 	require.NoError(t, err)
 	require.True(t, d.IsHost())
-	require.True(t, d.Registry().IsPinned(uintptr(p)))
+	require.True(t, registered(d.Registry(), uintptr(p)))
 	require.NoError(t, alloc.Free(p))
 	require.NoError(t, a.Destroy())
 	requireSame(t, base, "cuInit failed")

@@ -14,7 +14,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -101,12 +100,12 @@ func TestHSADriverFaultsChild(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 				pattern(bytesAt(p, 10000), 2)
-				require.False(t, d0.Registry().IsPinned(uintptr(p)))
+				require.False(t, registered(d0.Registry(), uintptr(p)))
 				require.NoError(t, alloc.Free(p))
 			}
 			q, err := a.Alloc(10000)
 			require.NoError(t, err)
-			require.True(t, d0.Registry().IsPinned(uintptr(q)))
+			require.True(t, registered(d0.Registry(), uintptr(q)))
 			require.NoError(t, alloc.Free(q))
 			require.NoError(t, a.Destroy())
 		}
@@ -179,20 +178,20 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		undo()
 		faults++
 		require.ErrorContains(t, err, "hsa_amd_memory_unlock")
-		require.ErrorIs(t, err, pinned.ErrStillLocked)
+		require.ErrorIs(t, err, target.ErrStillLocked)
 		// ROCr's unlock fails only before it changed anything: the range is
 		// still locked, and the registry and the plugin both keep it, so
 		// that the caller may retry (issue 19: they used to disagree).
-		require.True(t, d0.Registry().IsPinned(buf))
+		require.True(t, registered(d0.Registry(), buf))
 		require.Equal(t, 1, fk.n("locks"), "the lock the runtime did not drop")
 		require.NoError(t, d0.UnlockMem(buf), "the retry")
-		require.False(t, d0.Registry().IsPinned(buf))
+		require.False(t, registered(d0.Registry(), buf))
 		require.Zero(t, fk.n("locks"))
 		// And a failed unlock left for Shutdown is released there.
 		_, err = d0.LockMem(buf, 1<<20)
 		require.NoError(t, err)
 		undo = injectHSA(t, "hsa_amd_memory_unlock:*")
-		require.ErrorIs(t, d0.UnlockMem(buf), pinned.ErrStillLocked)
+		require.ErrorIs(t, d0.UnlockMem(buf), target.ErrStillLocked)
 		undo()
 		faults++
 		require.Equal(t, 1, fk.n("locks"))

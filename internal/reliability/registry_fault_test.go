@@ -15,7 +15,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
-	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -50,13 +49,13 @@ func (l *faultyLocker) UnlockHost(p uintptr) error {
 	return nil
 }
 
-func (l *faultyLocker) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+func (l *faultyLocker) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail {
-		return pinned.External{}, false, errLockerFault
+		return pinreg.External{}, false, errLockerFault
 	}
-	return pinned.External{}, false, nil
+	return pinreg.External{}, false, nil
 }
 
 func (l *faultyLocker) set(f func()) {
@@ -160,13 +159,13 @@ func TestMemlockLimitChild(t *testing.T) {
 	// is a failed pin.
 	small, err := nullFb.Alloc(1000)
 	require.NoError(t, err)
-	require.True(t, d.Registry().IsPinned(uintptr(small)))
+	require.True(t, registered(d.Registry(), uintptr(small)))
 	p, err := nullFb.Alloc(200 << 10)
 	require.Nil(t, p)
 	require.ErrorIs(t, err, alloc.ErrPinFailed)
 	p, err = defFb.Alloc(200 << 10)
 	require.NoError(t, err)
-	require.False(t, d.Registry().IsPinned(uintptr(p)))
+	require.False(t, registered(d.Registry(), uintptr(p)))
 	pattern(bytesAt(p, 200<<10), 1)
 	require.NoError(t, alloc.Free(p))
 	require.NoError(t, alloc.Free(small))

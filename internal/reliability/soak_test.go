@@ -324,7 +324,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 							report("unlock private: %v", err)
 						}
 					}
-					if dev.Registry().IsPinned(priv) {
+					if registered(dev.Registry(), priv) {
 						report("private range still pinned after the last unlock")
 					}
 					counts.locks.Add(1)
@@ -460,7 +460,7 @@ func pinnedStep(dev *target.Device, r *rand.Rand, p unsafe.Pointer, counts *soak
 		if err := dev.UnlockMem(uintptr(p)); err != nil {
 			report("user unlock inside a pinned block: %v", err)
 		}
-		if !dev.Registry().IsPinned(uintptr(p)) {
+		if !registered(dev.Registry(), uintptr(p)) {
 			report("a user unlock unpinned the chunk of a live pinned block")
 		}
 		counts.pinLocks.Add(1)

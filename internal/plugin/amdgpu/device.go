@@ -9,9 +9,9 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/internal/regtab"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // device is one GPU agent. Driver calls that change what it tracks run
@@ -193,7 +193,7 @@ func (d *device) lockLocked(p, n uintptr) (uintptr, error) {
 }
 
 // UnlockHost releases the most recent LockHost at p. A failed unlock
-// (pinned.ErrStillLocked) keeps the lock, to be retried.
+// (sentinel.ErrStillLocked) keeps the lock, to be retried.
 func (d *device) UnlockHost(p uintptr) error {
 	if err := d.tab.Unlock(d, p); err != nil {
 		return d.errorf(err, "unlock %#x", p)
@@ -216,34 +216,34 @@ func (d *device) UnlockHost(p uintptr) error {
 // VRAM included (Runtime::PtrInfo: "For device memory, hostBaseAddress is
 // either equal to agentBaseAddress or is NULL when the CPU does not have
 // access"), so only the owning agent tells host memory from device memory.
-func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+func (d *device) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	if p == 0 || n == 0 || p+n < p {
-		return pinned.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
+		return pinreg.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
 	}
 	if d.tab.Holds(p, p, p+1) {
-		return pinned.External{}, false, nil
+		return pinreg.External{}, false, nil
 	}
 	info, err := d.pointerInfo(p)
 	if err != nil {
-		return pinned.External{}, false, err
+		return pinreg.External{}, false, err
 	}
-	var ext pinned.External
+	var ext pinreg.External
 	switch {
 	case info.Type == pointerTypeLocked:
-		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
+		ext = pinreg.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
 	case info.Type == pointerTypeHSA:
 		if g, ok := d.ownerGPU(info); ok {
-			return pinned.External{}, false, d.errorf(ErrDeviceMemory, "lock %#x+%d: [%#x, +%d) is memory of amdgpu device %d's pool (VRAM, flags %#x); only host memory can be locked",
+			return pinreg.External{}, false, d.errorf(ErrDeviceMemory, "lock %#x+%d: [%#x, +%d) is memory of amdgpu device %d's pool (VRAM, flags %#x); only host memory can be locked",
 				p, n, info.AgentBase, info.SizeInBytes, g, info.GlobalFlags)
 		}
 		if info.HostBase == 0 {
-			return pinned.External{}, false, nil
+			return pinreg.External{}, false, nil
 		}
 		// Host memory of a pool: GPU-accessible already, and the runtime
 		// refuses to lock it (hsakmt_fmm_register_memory).
-		ext = pinned.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
+		ext = pinreg.External{Host: info.HostBase, Dev: info.AgentBase, Size: info.SizeInBytes}
 	default:
-		return pinned.External{}, false, nil
+		return pinreg.External{}, false, nil
 	}
 	if inside := p >= ext.Host && p-ext.Host < ext.Size && n <= ext.Size-(p-ext.Host); !inside {
 		return ext, false, d.errorf(ErrPartialExternalLock, "%#x+%d against [%#x, +%d)", p, n, ext.Host, ext.Size)

@@ -32,7 +32,7 @@
 //     of a GPU's pool (VRAM, which ROCr also reports with a host address) is
 //     refused with ErrDeviceMemory. ROCr's unlock counts nothing and returns
 //     success even for memory not locked: a failed unlock (before it did
-//     anything) is reported as pinned.ErrStillLocked, to be retried;
+//     anything) is reported as sentinel.ErrStillLocked, to be retried;
 //   - copies with hsa_amd_memory_async_copy, completion signals and, on a
 //     queue, each copy depending on the previous one's signal. The host side
 //     of a copy must be memory the GPU can reach: ranges in the lock table

@@ -13,6 +13,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // hsa_status_t values (hsa.h), for matching errors:
@@ -155,12 +156,12 @@ func (e *Error) Is(target error) bool {
 // Errors of the plugin itself; test with errors.Is.
 var (
 	// ErrInvalid: a zero size, a null address, an unknown kind or direction.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = sentinel.ErrInvalidArgument
 	// ErrNotAllocated: Free of an address this device's Alloc did not return
 	// with that kind.
 	ErrNotAllocated = errors.New("not allocated by this device")
 	// ErrNotLocked: UnlockHost of an address LockHost did not lock.
-	ErrNotLocked = errors.New("not locked by this device")
+	ErrNotLocked = sentinel.ErrNotLocked
 	// ErrNoPool: the agent has no memory pool for the requested kind.
 	ErrNoPool = errors.New("no memory pool for this kind")
 	// ErrClosed: the device or queue was closed.

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/regtab"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // lockTable is every host range the plugin locked with hsa_amd_memory_lock,
@@ -36,7 +36,7 @@ func newLockTable(fn *syms) *lockTable {
 }
 
 // unlock is hsa_amd_memory_unlock of the lock starting at base. A failure
-// says pinned.ErrStillLocked, so the caller (the registry, the pinned heap)
+// says sentinel.ErrStillLocked, so the caller (the registry, the pinned heap)
 // keeps its own record and may retry. That is what ROCr makes true:
 // MemoryRegion::Unlock ignores what unmapping and deregistering find and
 // returns HSA_STATUS_SUCCESS, so a failure comes from before it changed
@@ -46,7 +46,7 @@ func newLockTable(fn *syms) *lockTable {
 // plugin: nothing here relies on unlock failing for memory not locked.
 func (fn *syms) unlock(base uintptr) error {
 	if err := fn.status("hsa_amd_memory_unlock", fn.memUnlock, base); err != nil {
-		return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
+		return fmt.Errorf("%w: %w", err, sentinel.ErrStillLocked)
 	}
 	return nil
 }

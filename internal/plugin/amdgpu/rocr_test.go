@@ -8,7 +8,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Tests of the plugin against what ROCr does where the fake used to be
@@ -135,7 +135,7 @@ func TestUnlockFailureIsStillLocked(t *testing.T) {
 	require.NoError(t, err)
 	t.Setenv("FAKEHSA_FAIL", "hsa_amd_memory_unlock:1")
 	err = reg.Unlock(host)
-	require.ErrorIs(t, err, pinned.ErrStillLocked)
+	require.ErrorIs(t, err, sentinel.ErrStillLocked)
 	require.ErrorIs(t, err, &Error{Call: "hsa_amd_memory_unlock", Code: StatusErrorOutOfResources})
 	require.Equal(t, 1, reg.Len(), "the registry keeps the entry")
 	require.Equal(t, locks+1, count(t, "locks"))

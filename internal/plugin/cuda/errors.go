@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Error is a failed driver call: the call (without version suffix), the
@@ -69,9 +70,9 @@ var (
 var (
 	// ErrInvalid: a zero size, a null address, an unknown kind or direction,
 	// or a queue of another device.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = sentinel.ErrInvalidArgument
 	// ErrNotLocked: UnlockHost of an address this device never locked.
-	ErrNotLocked = errors.New("not locked by this device")
+	ErrNotLocked = sentinel.ErrNotLocked
 	// ErrNotAllocated: Free of an address Alloc never returned, or with
 	// another kind than it was allocated with.
 	ErrNotAllocated = errors.New("not allocated by this device")

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/regtab"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // MaxRegister is the most one cuMemHostRegister call registers: single
@@ -144,9 +144,9 @@ func (d *device) UnlockHost(p uintptr) error {
 // of p and, when it can, the whole range (RANGE_START_ADDR, RANGE_SIZE);
 // otherwise [p, p+n) is reported. Ranges this package registered are not
 // external: locking them again is shared and counted.
-func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
+func (d *device) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	if p == 0 || n == 0 {
-		return pinned.External{}, false, fmt.Errorf("%v: external lock query %#x+%d: %w", d, p, n, ErrInvalid)
+		return pinreg.External{}, false, fmt.Errorf("%v: external lock query %#x+%d: %w", d, p, n, ErrInvalid)
 	}
 	var mt uint32
 	var r result
@@ -158,10 +158,10 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 		return r
 	})
 	if err != nil {
-		return pinned.External{}, false, fmt.Errorf("%v: external lock query %#x: %w", d, p, err)
+		return pinreg.External{}, false, fmt.Errorf("%v: external lock query %#x: %w", d, p, err)
 	}
 	if r != cudaSuccess || mt != cuMemoryTypeHost {
-		return pinned.External{}, false, nil
+		return pinreg.External{}, false, nil
 	}
 	start, size := p, n
 	var s, z uintptr
@@ -175,17 +175,17 @@ func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
 	// its way out.
 	ours := d.drv.regs.Holds(p, min(p, start), max(p+n, start+size))
 	if ours {
-		return pinned.External{}, false, nil
+		return pinreg.External{}, false, nil
 	}
 	dev, err := d.devicePointer(start)
 	if err != nil {
 		var dp uintptr
 		if d.attr(&dp, cuPointerAttributeDevicePointer, start) != nil {
-			return pinned.External{}, false, fmt.Errorf("%v: external lock at %#x: %w", d, start, err)
+			return pinreg.External{}, false, fmt.Errorf("%v: external lock at %#x: %w", d, start, err)
 		}
 		dev = dp
 	}
-	return pinned.External{Host: start, Dev: dev, Size: size}, true, nil
+	return pinreg.External{Host: start, Dev: dev, Size: size}, true, nil
 }
 
 // attr reads a pointer attribute that is pointer-sized (an address or size).

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
-	"github.com/ompalloc/ompalloc/pinned"
 )
 
 // hostPage is the granule of registrations: the driver page-locks whole
@@ -106,7 +106,7 @@ func TestExternalLock(t *testing.T) {
 		ext, ok, err := dd.ExternalLock(p+4096, 100)
 		require.NoError(t, err)
 		require.True(t, ok, "registered by the user through the driver")
-		require.Equal(t, pinned.External{Host: p, Dev: want, Size: n}, ext, "the whole registered range")
+		require.Equal(t, pinreg.External{Host: p, Dev: want, Size: n}, ext, "the whole registered range")
 	}
 	// Locking it through the plugin is what the driver refuses.
 	_, err = d.LockHost(p, n)

@@ -15,7 +15,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Issue 9, item 2: a lock over a range with an unmapped hole fails, and
@@ -140,7 +140,7 @@ func TestMapCountChild(t *testing.T) {
 	require.ErrorContains(t, lockErr, fmt.Sprintf("vm.max_map_count (%d) reached", max))
 	require.ErrorContains(t, lockErr, "raise it with `sysctl -w vm.max_map_count=`")
 	require.NotContains(t, lockErr.Error(), "RLIMIT_MEMLOCK is")
-	require.ErrorIs(t, unlockErr, pinned.ErrStillLocked)
+	require.ErrorIs(t, unlockErr, sentinel.ErrStillLocked)
 	require.ErrorIs(t, unlockErr, ErrMapCount)
 	require.True(t, kept, "the entry is kept")
 	require.Equal(t, 1, entry.Refs, "with its reference")

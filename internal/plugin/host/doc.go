@@ -16,7 +16,7 @@
 // limit explains: a seccomp filter such as systemd's SystemCallFilter= or a
 // container's profile; the error matches syscall.EPERM), or no memory left to lock. A munlock the
 // kernel refuses at vm.max_map_count leaves the range locked as before and
-// counted, and wraps pinned.ErrStillLocked, so the registry keeps its entry
+// counted, and wraps sentinel.ErrStillLocked, so the registry keeps its entry
 // and the unlock can be retried.
 //
 // Copies in every direction are memmoves, and a queue of the host device

@@ -8,8 +8,9 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
+	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
-	"github.com/ompalloc/ompalloc/pinned"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Errors of the host device; test with errors.Is.
@@ -29,12 +30,12 @@ var (
 	// or unlocking the range would split one more.
 	ErrMapCount = errors.New("vm.max_map_count reached")
 	// ErrNotLocked: UnlockHost of an address LockHost never returned.
-	ErrNotLocked = errors.New("not locked by the host device")
+	ErrNotLocked = sentinel.ErrNotLocked
 	// ErrNotAllocated: Free of an address Alloc never returned, or with
 	// another kind than it was allocated with.
 	ErrNotAllocated = errors.New("not allocated by the host device")
 	// ErrInvalid: a zero size or a range that wraps around the address space.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = sentinel.ErrInvalidArgument
 )
 
 // New returns the host plugin. Its one device is created by Init.
@@ -154,8 +155,8 @@ func (d *device) UnlockHost(p uintptr) error {
 // not need to: mlock and munlock are not reference counted by the kernel, so
 // there is no registration of someone else's to disturb except through
 // munlock, which only touches pages this device locked itself.
-func (d *device) ExternalLock(p, n uintptr) (pinned.External, bool, error) {
-	return pinned.External{}, false, nil
+func (d *device) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
+	return pinreg.External{}, false, nil
 }
 
 // lockLocked counts [p, p+n) locked and mlocks the pages that were not. On
@@ -189,7 +190,7 @@ func (d *device) lockLocked(p, n uintptr) error {
 // on its own (the unmapped ones hold no lock). Any other ENOMEM is the
 // kernel refusing to split a mapping at vm.max_map_count: then what the
 // failed call unlocked is locked again and the error wraps
-// pinned.ErrStillLocked.
+// sentinel.ErrStillLocked.
 func (d *device) munlockRun(a, b uintptr) error {
 	err := d.libc.Munlock(a, b-a)
 	if err == nil || !errors.Is(err, syscall.ENOMEM) {
@@ -201,7 +202,7 @@ func (d *device) munlockRun(a, b uintptr) error {
 		err = c
 	}
 	_ = d.libc.Mlock(a, b-a) // merges back: needs no new mapping
-	return fmt.Errorf("%w: %w", err, pinned.ErrStillLocked)
+	return fmt.Errorf("%w: %w", err, sentinel.ErrStillLocked)
 }
 
 // munlockMapped unlocks each mapped piece of [a, b), skipping the holes.
@@ -229,7 +230,7 @@ func (d *device) unlockLocked(p, n uintptr) error {
 	var errs []error
 	for i, r := range runs {
 		err := d.munlockRun(r.first*pageSize, r.end*pageSize)
-		if errors.Is(err, pinned.ErrStillLocked) {
+		if errors.Is(err, sentinel.ErrStillLocked) {
 			// Nothing changes: lock again what the earlier runs unlocked and
 			// count the range locked again, so that the unlock can be retried.
 			for _, done := range runs[:i] {

@@ -20,5 +20,6 @@ func main() {
 		fmt.Println(e.Kind, uintptr(p) >= e.Host && uintptr(p) < e.Host+e.Size)
 		return true
 	})
-	fmt.Println(d.Registry().IsPinned(uintptr(p)), d.Registry().Stats().Entries)
+	_, ok := d.Registry().Lookup(uintptr(p))
+	fmt.Println(ok, d.Registry().Stats().Entries)
 }

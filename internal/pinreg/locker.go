@@ -1,8 +1,8 @@
-package pinned
+package pinreg
 
 // Locker is what a registry asks of its device: page-lock and unlock host
 // ranges, and tell whether a range was already locked outside this runtime.
-// target.Impl (every device plugin) satisfies it. Addresses are plain
+// internal/plugin.Impl (every device plugin) satisfies it. Addresses are plain
 // uintptrs: registered memory is C memory, or a Go object that target.Pin
 // keeps reachable and in place (runtime.Pinner) while it is locked.
 //

@@ -1,0 +1,9 @@
+package target
+
+// registered reports whether p lies in an entry of r (the test-side form
+// of the IsPinned the read-only view no longer has: IsPinned is the
+// one question a user asks).
+func registered(r Registry, p uintptr) bool {
+	_, ok := r.Lookup(p)
+	return ok
+}

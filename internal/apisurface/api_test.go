@@ -17,7 +17,7 @@ import (
 
 // maxPublicNames is the ceiling of TestPublicNameCount. Lower it when names
 // go; raising it is a decision about the public API, to make on purpose
-// and to say why in the commit (issue 28 asked for at most 450). 539: 3 for
+// and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
 const maxPublicNames = 531

@@ -66,7 +66,7 @@
 // thread from the node of the space nearest to it, as partition=nearest
 // does (a heap per node); blocked and interleaved spread over all of them.
 // A pinned allocator on such a space locks memory bound to the space's
-// nodes too (its device's pool for those nodes, PoolStats.Bound); a chunk
+// nodes too (its device's pool for those nodes, PinnedPoolStats.Bound); a chunk
 // that cannot be had there fails (ErrPlacement, or the lock's error) and
 // the fallback trait decides: never DDR in silence. The partition trait
 // reaches the kernel through mbind(2) on each chunk (see Allocator.Placement). The target memory spaces allocate from the default

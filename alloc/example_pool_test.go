@@ -10,7 +10,7 @@ import (
 
 // What an allocator reports is its own; what the shared pinned pool of a
 // device holds is the pool's.
-func ExamplePinnedPools() {
+func ExampleReadPinnedStats() {
 	alloc.Trim() // start from an empty pool
 	a, err := alloc.New(memspace.Default, alloc.WithPinned(true))
 	if err != nil {
@@ -27,7 +27,12 @@ func ExamplePinnedPools() {
 		return
 	}
 	fmt.Println("a:", a.Stats().PinnedBytes, "bytes pinned; idle:", idle.Stats().PinnedBytes)
-	pool, _ := alloc.PinnedPool(target.DefaultDevice())
+	var pool alloc.PinnedPoolStats
+	for _, p := range alloc.ReadPinnedStats().Pools {
+		if p.Device == target.DefaultDevice() && p.Bound == nil {
+			pool = p // the device's own pool
+		}
+	}
 	fmt.Println("pool: one 4 MiB chunk locked:", pool.Chunks == 1 && pool.Locked == 4<<20, "lock calls:", pool.Locks > 0)
 	alloc.FreeSlice(a, xs)
 	// Output:

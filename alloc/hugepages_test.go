@@ -202,7 +202,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	st := ReadPinnedStats()
 	require.Equal(t, uintptr(8<<20), st.HugeTLB-stBefore.HugeTLB, "chunk and rounded region in hugetlb pages")
 	require.Equal(t, stBefore.HugeTLBFallbacks, st.HugeTLBFallbacks)
-	pool, ok := PinnedPool(target.InitialDevice())
+	pool, ok := readPinnedPool(target.InitialDevice())
 	require.True(t, ok)
 	require.Equal(t, uintptr(8<<20), pool.Locked, "the region is counted as mapped: 4 MiB, not 3")
 	require.Equal(t, uintptr(8<<20), pool.HugeTLB)
@@ -264,7 +264,7 @@ func TestHugeTLBFallsBackToNormalPagesAndWarnsOnce(t *testing.T) {
 			require.True(t, m.has("hg"), "MADV_HUGEPAGE advised on the fallback: VmFlags %v", m.flags)
 		}
 	}
-	pool, _ := PinnedPool(target.InitialDevice())
+	pool, _ := readPinnedPool(target.InitialDevice())
 	require.Equal(t, uintptr(4<<20+2*4<<20), pool.Locked, "regions keep their 2 MiB sizing")
 	require.Equal(t, int(pool.Locked>>10), vmLckKiB(t)-vmBase, "VmLck counts it all")
 
@@ -306,7 +306,7 @@ func TestHugePagesTHPAndOff(t *testing.T) {
 					require.Equal(t, mode == HugePagesTHP, m.has("hg"), "MADV_HUGEPAGE: VmFlags %v", m.flags)
 				}
 			}
-			pool, _ := PinnedPool(target.InitialDevice())
+			pool, _ := readPinnedPool(target.InitialDevice())
 			require.Equal(t, uintptr(3<<20), pool.Locked, "a 3 MiB region, not rounded")
 			require.Zero(t, pool.HugeTLB)
 			require.Equal(t, 3<<10, vmLckKiB(t)-vmBase)

@@ -446,8 +446,12 @@ func Owner(p unsafe.Pointer) (*Allocator, error) {
 	return info.Allocator, err
 }
 
-// Trim returns cached free memory of every host heap to the system.
-func Trim() {
-	hostHeap().Trim()
-	trimPinned()
+// Trim gives the cached free memory of every host heap back to the
+// system, and every pinned pool's idle memory (empty chunks unlocked and
+// unmapped, freed huge regions and spare pages released: CuPy's
+// free_all_blocks), and returns the bytes released. It never touches a live
+// block; it costs a garbage-collection cycle per heap that holds memory.
+// Device memory is target's: Device.TrimPool.
+func Trim() uintptr {
+	return hostHeap().Trim() + trimPinnedBytes()
 }

@@ -49,13 +49,13 @@ func TestPinnedBoundRefusedGoesThroughTheFallback(t *testing.T) {
 		require.NoError(t, a.Destroy())
 	}
 	var found bool
-	for _, ps := range PinnedPools() {
+	for _, ps := range readPinnedPools() {
 		if ps.Device == host && len(ps.Bound) == 1 && ps.Bound[0] == ids[len(ids)-1]+60 {
 			found = true
 			require.Positive(t, ps.Failures, "the refused chunks are counted")
 		}
 	}
-	require.True(t, found, "PinnedPools lists the bound pool with its nodes")
+	require.True(t, found, "ReadPinnedStats().Pools lists the bound pool with its nodes")
 }
 
 // TestPinnedOnRestrictedSpaceUsesABoundPool: where a memory space is

@@ -32,7 +32,7 @@ import (
 // blocks are reused without relocking; huge blocks are never rounded to a
 // power of two, and freed ones are kept (up to pinnedKeepHuge) for reuse.
 // Trim unlocks what is idle, and so does the destruction of the last
-// allocator drawing on a pool (see PinnedPools for the policy).
+// allocator drawing on a pool (see PinnedPoolStats for the policy).
 const (
 	pinnedKeepChunks = PoolKeepChunks // 16 MiB of empty locked chunks kept (per heap: per node)
 	pinnedKeepHuge   = PoolKeepHuge   // bytes of freed huge locked regions kept (per heap)
@@ -123,7 +123,11 @@ func pinnedPoolOf(h *heap.Heap) *pinnedPool {
 	return nil
 }
 
-func trimPinned() {
+func trimPinned() { trimPinnedBytes() }
+
+// trimPinnedBytes gives back the idle memory of every pinned pool and
+// returns the bytes released.
+func trimPinnedBytes() uintptr {
 	pinnedMu.Lock()
 	var hs []*heap.Heap
 	var srcs []*pinSource
@@ -132,6 +136,7 @@ func trimPinned() {
 		srcs = append(srcs, pp.srcs...)
 	}
 	pinnedMu.Unlock()
+	var n uintptr
 	for _, h := range hs {
 		// Each Trim costs a GC cycle (its grace period); a heap that holds
 		// no memory (a pool bound to a memory space's nodes whose
@@ -140,11 +145,12 @@ func trimPinned() {
 		if h.Stats().Mapped == 0 {
 			continue
 		}
-		h.Trim()
+		n += h.Trim()
 	}
 	for _, s := range srcs {
 		s.retry()
 	}
+	return n
 }
 
 // pinSource maps memory and locks it through a device. It holds each chunk
@@ -160,7 +166,7 @@ type pinSource struct {
 	stuck   map[uintptr]uintptr // chunks the device could not unlock yet: start → size
 	partial map[uintptr]uintptr // chunks locked only in part (AcquireChunk): start → bytes locked
 
-	counts poolCounts // this pool's lock calls (PinnedPools)
+	counts poolCounts // this pool's lock calls (PinnedPoolStats)
 }
 
 func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) { return s.acquire(n, align, n) }
@@ -497,11 +503,11 @@ var pinStats struct {
 	lockNanos atomic.Int64
 }
 
-// PinnedStats describes the pinned heaps of all devices together;
-// PinnedPools has each device's, with huge regions, idle bytes and unlocks.
+// PinnedStats describes the pinned heaps of all devices together, and in
+// Pools each pool: its huge regions, idle bytes and unlocks.
 type PinnedStats struct {
 	Bytes    uintptr       // bytes locked for pinned heaps
-	Chunks   int           // 4 MiB locked chunks (huge regions apart: see PinnedPools)
+	Chunks   int           // 4 MiB locked chunks (huge regions apart: see Pools)
 	Limit    uintptr       // the pinned-bytes limit (0: none)
 	Locks    int64         // lock calls made
 	LockTime time.Duration // time spent locking and unlocking
@@ -515,6 +521,12 @@ type PinnedStats struct {
 	// HugeTLBFallbacks counts the chunks and regions asked for in hugetlb
 	// pages that got normal pages (no free huge pages, or none at all).
 	HugeTLBFallbacks int64
+	// Pools are the pinned pools that exist: one per device that has pinned
+	// memory for an allocator, and one per device and memory space of some
+	// NUMA nodes that pinned allocators on high_bw, large_cap or a
+	// sub-memory space use (PinnedPoolStats.Bound), in device order, a
+	// device's own pool first.
+	Pools []PinnedPoolStats
 }
 
 // pinnedPoolList returns the pinned pools that exist (their heaps and
@@ -544,6 +556,7 @@ func ReadPinnedStats() PinnedStats {
 	st.Locks = pinStats.locks.Load()
 	st.LockTime = time.Duration(pinStats.lockNanos.Load())
 	st.HugeTLB, st.HugeTLBFallbacks = hugeTLBBytes(nil), tlb.fallbacks.Load()
+	st.Pools = readPinnedPools()
 	return st
 }
 

@@ -21,7 +21,7 @@ import (
 // (mbind before locking), and an allocation is served by the heap of the
 // caller's node. Only when that heap cannot get memory (the pinned-bytes
 // limit, a failed lock) do the other nodes' heaps serve it, nearest first;
-// PoolStats.FarAllocs counts those. A freed block goes back to the heap of
+// PinnedPoolStats.FarAllocs counts those. A freed block goes back to the heap of
 // its chunk (the heap's radix table says which), so near memory is never
 // handed to a far caller while the near heap has any.
 //

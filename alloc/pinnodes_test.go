@@ -193,7 +193,7 @@ func TestPinnedPoolNodeHeaps(t *testing.T) {
 			if tc.wantReuse {
 				require.Equal(t, before, pp.heaps[tc.wantHeap].Stats().Chunks, "the cached chunk served it: no new lock")
 			}
-			st, ok := PinnedPool(dev)
+			st, ok := readPinnedPool(dev)
 			require.True(t, ok)
 			require.Zero(t, st.FarAllocs)
 			require.Len(t, st.Nodes, 2)
@@ -225,7 +225,7 @@ func TestPinnedPoolFarFallback(t *testing.T) {
 	q, err := a.Alloc(1000)
 	require.NoError(t, err, "node 1's heap serves a node-0 caller when node 0's can get no memory")
 	require.Equal(t, 1, heapIndex(t, pp, uintptr(q)))
-	st, _ := PinnedPool(dev)
+	st, _ := readPinnedPool(dev)
 	require.Equal(t, int64(0), st.Nodes[0].FarAllocs)
 	require.Equal(t, int64(1), st.Nodes[1].FarAllocs)
 	require.Equal(t, int64(1), st.FarAllocs)
@@ -236,7 +236,7 @@ func TestPinnedPoolFarFallback(t *testing.T) {
 	require.ErrorContains(t, err, "pinned-memory limit")
 	require.ErrorContains(t, err, fmt.Sprintf("pinned(device %d, node 0)", dev), "the near heap's error, by name")
 	require.NotContains(t, err.Error(), "node 1")
-	st, _ = PinnedPool(dev)
+	st, _ = readPinnedPool(dev)
 	require.Equal(t, int64(1), st.FarAllocs, "a failed far try is not counted")
 	require.NoError(t, Free(q))
 }
@@ -251,7 +251,7 @@ func TestPinnedPoolKnownDeviceNode(t *testing.T) {
 	defer func() { require.NoError(t, Free(p)) }()
 	require.Nil(t, PinnedPoolNodes(dev))
 	require.Nil(t, a.pool, "a one-heap pool keeps the allocator's plain path")
-	st, ok := PinnedPool(dev)
+	st, ok := readPinnedPool(dev)
 	require.True(t, ok)
 	require.Len(t, st.Nodes, 1)
 	require.Equal(t, -1, st.Nodes[0].Node, "the single heap is the device's node")

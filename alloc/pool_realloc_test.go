@@ -22,7 +22,7 @@ import (
 // are zero once the block is gone.
 func TestPoolChargeFollowsFootprintThroughRealloc(t *testing.T) {
 	Trim()
-	t.Cleanup(Trim)
+	t.Cleanup(func() { Trim() })
 	pool64 := mustNew(t, memspace.Default, WithPoolSize(64<<20), WithFallback(traits.NullFb))
 	pool48 := mustNew(t, memspace.Default, WithPoolSize(48<<20), WithAlignment(256), WithFallback(traits.NullFb))
 	pin := mustNew(t, memspace.Default, WithPinned(true), WithFallback(traits.DefaultMemFb))

@@ -14,7 +14,7 @@ import (
 // A device's pinned pool is shared: every pinned allocator pinning through
 // the device takes its blocks from the same locked chunks. So what an
 // allocator reports (Stats) is about its own blocks, and what the pool
-// holds is reported per pool (PinnedPools), never mixed.
+// holds is reported per pool (ReadPinnedStats().Pools), never mixed.
 //
 // Trimming is the pool's policy, not the business of whichever allocator
 // leaves: while any live allocator draws on the pool it keeps up to
@@ -27,8 +27,8 @@ const (
 	PoolKeepHuge   = 256 << 20 // bytes of freed huge regions kept locked per heap (256 MiB)
 )
 
-// PoolStats describes one device's pinned pool.
-type PoolStats struct {
+// PinnedPoolStats describes one pinned pool (ReadPinnedStats().Pools).
+type PinnedPoolStats struct {
 	Device int // the device that locks the pool's memory
 	// Bound is nil for the device's own pool; for the pool of pinned
 	// allocators on a memory space of some NUMA nodes (high_bw, large_cap,
@@ -48,7 +48,7 @@ type PoolStats struct {
 	IdleChunks int // of which hold no block
 	// FreeBlocks counts the pieces kept locked for reuse with no block in
 	// them (CuPy's n_free_blocks): idle chunks, freed huge regions and the
-	// freed medium blocks kept whole; TrimPinnedPool gives them back.
+	// freed medium blocks kept whole; Trim gives them back.
 	FreeBlocks int
 	Huge       int     // regions of their own (blocks over 2 MiB), freed ones kept included
 	Retained   uintptr // bytes of freed huge regions kept for reuse
@@ -64,7 +64,7 @@ type PoolStats struct {
 	// chunks there: Device's NUMANode), else one per node with CPUs and
 	// memory (the host device on a multi-node machine). The fields above
 	// are the sums of these.
-	Nodes []NodePoolStats
+	Nodes []PinnedNodeStats
 	// FarAllocs counts allocations a heap served to a caller of another
 	// node because the caller's node's heap could get no memory (the sum
 	// of Nodes' FarAllocs).
@@ -75,10 +75,10 @@ type PoolStats struct {
 	Failures int64
 }
 
-// NodePoolStats is the part of a pinned pool whose chunks prefer one node.
-type NodePoolStats struct {
+// PinnedNodeStats is the part of a pinned pool whose chunks prefer one node.
+type PinnedNodeStats struct {
 	Node       int     // -1: the pool's single heap (the device's node)
-	Locked     uintptr // as PoolStats
+	Locked     uintptr // as PinnedPoolStats
 	Idle       uintptr
 	Chunks     int
 	IdleChunks int
@@ -100,14 +100,14 @@ type poolCounts struct {
 	failures              atomic.Int64 // chunks or regions that could not be had (limit, map, lock)
 }
 
-// PinnedPools returns the pinned pools that exist, one per device that has
+// readPinnedPools returns the pinned pools that exist, one per device that has
 // pinned memory for an allocator, and one per device and memory space of
 // some NUMA nodes that pinned allocators on high_bw, large_cap or a
-// sub-memory space use (PoolStats.Bound), in device order, a device's own
+// sub-memory space use (PinnedPoolStats.Bound), in device order, a device's own
 // pool first.
-func PinnedPools() []PoolStats {
+func readPinnedPools() []PinnedPoolStats {
 	pools := pinnedPoolList() // heap.Stats may wait for a release: not under pinnedMu
-	out := make([]PoolStats, 0, len(pools))
+	out := make([]PinnedPoolStats, 0, len(pools))
 	for _, pp := range pools {
 		out = append(out, poolStatsLocked(pp))
 	}
@@ -121,12 +121,12 @@ func PinnedPools() []PoolStats {
 }
 
 // PinnedPool returns the pinned pool of device dev, if it has one.
-func PinnedPool(dev int) (PoolStats, bool) {
+func readPinnedPool(dev int) (PinnedPoolStats, bool) {
 	pinnedMu.Lock()
 	pp, ok := pinnedPools[pinKey{dev: dev}]
 	pinnedMu.Unlock()
 	if !ok {
-		return PoolStats{}, false
+		return PinnedPoolStats{}, false
 	}
 	return poolStatsLocked(pp), true
 }
@@ -149,13 +149,13 @@ func PinnedPoolNodes(dev int) []int {
 
 // poolStatsLocked reads one pool (its heaps and sources never change, so
 // pinnedMu need not be held).
-func poolStatsLocked(pp *pinnedPool) PoolStats {
-	st := PoolStats{Device: pp.dev, Bound: slices.Clone(pp.bound)}
+func poolStatsLocked(pp *pinnedPool) PinnedPoolStats {
+	st := PinnedPoolStats{Device: pp.dev, Bound: slices.Clone(pp.bound)}
 	for i, h := range pp.heaps {
 		hs := h.Stats()
 		src := pp.srcs[i]
 		stuckB, stuckN := src.stuckBytes()
-		n := NodePoolStats{
+		n := PinnedNodeStats{
 			Node:       pp.nodes[i],
 			Locked:     hs.Mapped + stuckB,
 			Idle:       uintptr(hs.EmptyChunks)*heap.ChunkSize + hs.Retained + hs.Spare,

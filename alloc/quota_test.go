@@ -150,7 +150,7 @@ func TestPoolChargesInPlaceGrowth(t *testing.T) {
 		for _, pool := range []int64{12 << 20, 16 << 20} {
 			t.Run(fmt.Sprintf("%s/pool %d MiB", name, pool>>20), func(t *testing.T) {
 				Trim()
-				t.Cleanup(Trim)
+				t.Cleanup(func() { Trim() })
 				big := mustNew(t, memspace.Default)
 				r, err := big.Alloc(13 << 20) // a 13 MiB region, freed and kept by the host heap
 				require.NoError(t, err)

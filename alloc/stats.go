@@ -11,7 +11,7 @@ import (
 // Stats describes one allocator's own use: the blocks it served. A block
 // its fallback served counts in the fallback's Stats (and in Fallbacks
 // here). What a shared pinned pool holds, locks and keeps idle is the
-// pool's, reported per device by PinnedPools, never here.
+// pool's, reported per pool in ReadPinnedStats().Pools, never here.
 type Stats struct {
 	Allocs, Frees uint64 // blocks allocated and freed
 	BlocksLive    int64  // Allocs - Frees

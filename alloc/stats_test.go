@@ -21,9 +21,9 @@ func needPinned(t *testing.T, n uintptr) {
 	}
 }
 
-func defaultPool(t *testing.T) PoolStats {
+func defaultPool(t *testing.T) PinnedPoolStats {
 	t.Helper()
-	st, ok := PinnedPool(target.DefaultDevice())
+	st, ok := readPinnedPool(target.DefaultDevice())
 	require.True(t, ok, "the default device has a pinned pool")
 	return st
 }
@@ -134,7 +134,7 @@ func TestPinnedPoolStats(t *testing.T) {
 		now, _ := vmLck(t)
 		require.Equal(t, base, now)
 	}
-	for _, ps := range PinnedPools() {
+	for _, ps := range readPinnedPools() {
 		require.Zero(t, ps.Locked, "device %d", ps.Device)
 	}
 }

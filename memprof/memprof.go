@@ -327,7 +327,6 @@ func init() {
 	expvar.Publish("ompalloc", expvar.Func(func() any {
 		return map[string]any{
 			"pinned":        alloc.ReadPinnedStats(),
-			"pinned_pools":  alloc.PinnedPools(),
 			"profile_rate":  Rate(),
 			"device_memory": hooks.DeviceMemory(),
 		}

@@ -182,20 +182,25 @@ func TestExpvarPools(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Destroy() })
 	alloc.Trim()
-	before, _ := alloc.PinnedPool(target.InitialDevice())
+	var before alloc.PinnedPoolStats
+	for _, p := range alloc.ReadPinnedStats().Pools {
+		if p.Device == target.InitialDevice() && p.Bound == nil {
+			before = p
+		}
+	}
 	disarm := fault.Arm(fault.PinLock, 0, nil)
 	_, err = a.Alloc(3 << 20) // a huge region: never served from a kept chunk
 	disarm()
 	require.ErrorIs(t, err, alloc.ErrPinFailed)
 
 	var got struct {
-		PinnedPools []alloc.PoolStats `json:"pinned_pools"`
+		Pinned alloc.PinnedStats `json:"pinned"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(expvar.Get("ompalloc").String()), &got))
-	var pool *alloc.PoolStats
-	for i := range got.PinnedPools {
-		if got.PinnedPools[i].Device == target.InitialDevice() {
-			pool = &got.PinnedPools[i]
+	var pool *alloc.PinnedPoolStats
+	for i := range got.Pinned.Pools {
+		if got.Pinned.Pools[i].Device == target.InitialDevice() {
+			pool = &got.Pinned.Pools[i]
 		}
 	}
 	require.NotNil(t, pool, "the initial device's pool in %s", expvar.Get("ompalloc").String())

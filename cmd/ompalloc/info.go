@@ -322,6 +322,17 @@ func gatherInfo() *InfoReport {
 	return r
 }
 
+// ownPinnedPool returns the statistics of device dev's own pinned pool (not
+// one bound to a memory space's nodes), if it exists.
+func ownPinnedPool(dev int) (alloc.PinnedPoolStats, bool) {
+	for _, p := range alloc.ReadPinnedStats().Pools {
+		if p.Device == dev && p.Bound == nil {
+			return p, true
+		}
+	}
+	return alloc.PinnedPoolStats{}, false
+}
+
 // poolInfo reads device dev's pinned pool; info itself pins nothing, so
 // the pool exists only if something in this process made it.
 func poolInfo(dev int) PoolInfo {
@@ -329,7 +340,7 @@ func poolInfo(dev int) PoolInfo {
 	if p.Nodes == nil {
 		p.Nodes = []int{}
 	}
-	if st, ok := alloc.PinnedPool(dev); ok {
+	if st, ok := ownPinnedPool(dev); ok {
 		p.FarAllocs = st.FarAllocs
 		for _, n := range st.Nodes {
 			p.Heaps = append(p.Heaps, PoolHeapInfo{Node: n.Node, LockedBytes: uint64(n.Locked), IdleBytes: uint64(n.Idle),

@@ -41,7 +41,7 @@ func TestInfoPoolInfo(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, alloc.Free(p)) })
 
 	dev := target.DefaultDevice() // where a pinned allocator pins by default
-	st, ok := alloc.PinnedPool(dev)
+	st, ok := ownPinnedPool(dev)
 	require.True(t, ok)
 	got := poolInfo(dev)
 	require.Len(t, got.Heaps, len(st.Nodes))

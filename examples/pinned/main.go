@@ -69,7 +69,7 @@ func main() {
 	fmt.Printf("live blocks %d, pool %d of %d bytes used, fallbacks taken %d\n",
 		st.BlocksLive, st.PoolUsed, st.PoolSize, st.Fallbacks)
 	fmt.Printf("pinned: %d bytes of this allocator's live blocks\n", st.PinnedBytes)
-	for _, pool := range alloc.PinnedPools() {
+	for _, pool := range alloc.ReadPinnedStats().Pools {
 		fmt.Printf("device %d's pinned pool: %d bytes locked (%d idle) in %d chunk(s) and %d huge region(s), %d lock calls\n",
 			pool.Device, pool.Locked, pool.Idle, pool.Chunks, pool.Huge, pool.Locks)
 	}

@@ -13,7 +13,7 @@ package heap
 // retained (its atomic load, over h.regions, every region the heap holds),
 // wherever it is kept: a Free that returned has stored it, an allocation
 // that returned has stored large. So Huge, Retained and FreeBlocks, and
-// PinnedPools' Idle, cover cached regions at every moment a caller looks.
+// PinnedPoolStats.Idle, cover cached regions at every moment a caller looks.
 //
 // KeepHuge bounds what the central list and every P's cache keep
 // together. h.kept is the budget handed out: the central list's bytes,
@@ -39,7 +39,7 @@ package heap
 // only ever reused by an allocation from the heap that mapped it: a
 // node's memory never serves another node's allocation.
 //
-// Giving it back. Trim (and so alloc.Trim, TrimPinnedPool, the destruction
+// Giving it back. Trim (and so alloc.Trim, the destruction
 // of the last allocator on a pinned pool, Close) drains every P's cache.
 // When the source refuses a chunk or region (a pinned-bytes limit reached)
 // while regions are kept idle, the heap trims and asks again (giveIdle):

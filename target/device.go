@@ -219,7 +219,7 @@ func (d *Device) free(kind MemKind, p uintptr) (size uintptr, allocated uint64, 
 		}
 	}
 	if err := d.impl.Free(kind, p); err != nil {
-		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, err)
+		return 0, 0, fmt.Errorf("device %d: free of %s memory at %#x: %w", d.ID, kind, p, plugin.Cause(err))
 	}
 	delete(d.allocs, p)
 	if kind == MemDevice {

@@ -334,7 +334,7 @@ func (d *Device) cacheAlloc(n uintptr, q *Queue, asked bool) (uintptr, error) {
 	if err != nil {
 		pl.st.Reserved -= c
 		pl.reservedLocked()
-		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w", d.ID, n, err)
+		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w", d.ID, n, plugin.Cause(err))
 	}
 	pl.addLiveLocked(p, &liveBlock{size: c})
 	pl.st.InUse += c

@@ -53,7 +53,7 @@ func (d *Device) driverPoolAlloc(drv plugin.MemPool, n uintptr, q *Queue) (uintp
 	defer pl.mu.Unlock()
 	if err != nil {
 		pl.drvInUse -= n
-		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w", d.ID, n, err)
+		return 0, fmt.Errorf("device %d: pool alloc of %d bytes: %w", d.ID, n, plugin.Cause(err))
 	}
 	pl.addLiveLocked(p, &liveBlock{size: n, drv: true})
 	pl.st.Allocs++
@@ -103,7 +103,7 @@ func (d *Device) driverPoolFree(drv plugin.MemPool, p uintptr, b *liveBlock, q *
 		// The driver still holds the block: keep it in the books, so that
 		// a later free (or Close) can release it.
 		d.devpool.keepLive(p, b)
-		return fmt.Errorf("device %d: pool free of %#x: %w", d.ID, p, err)
+		return fmt.Errorf("device %d: pool free of %#x: %w", d.ID, p, plugin.Cause(err))
 	}
 	return nil
 }

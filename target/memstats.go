@@ -97,7 +97,7 @@ func (d *Device) MemGetInfo() (free, total uint64, err error) {
 	}
 	free, total, err = mi.MemInfo()
 	if err != nil {
-		return free, total, fmt.Errorf("device %d: %w", d.ID, err)
+		return free, total, fmt.Errorf("device %d: memory info: %w", d.ID, plugin.Cause(err))
 	}
 	return free, total, nil
 }

@@ -94,7 +94,7 @@ func (d *Device) NewQueue() (*Queue, error) {
 	}
 	qi, err := d.impl.NewQueue()
 	if err != nil {
-		return nil, fmt.Errorf("device %d: new queue: %w", d.ID, err)
+		return nil, fmt.Errorf("device %d: new queue: %w", d.ID, plugin.Cause(err))
 	}
 	q := &Queue{dev: d, impl: qi, id: queueIDs.Add(1)}
 	d.qmu.Lock()

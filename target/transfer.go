@@ -326,7 +326,7 @@ func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err e
 	}
 	if err := hostCopy(b.p, src, n); err != nil {
 		d.pool.put(b, false)
-		return true, fmt.Errorf("device %d: submit of %d bytes from %#x (staged) to %#x: %w", d.ID, n, src, dst, err)
+		return true, fmt.Errorf("device %d: %s of %d bytes from %#x (staged) to %#x: %w", d.ID, plugin.HostToDevice, n, src, dst, err)
 	}
 	// The queue gets the buffer only once the copy reading it is issued.
 	err = q.issue(func(qi plugin.QueueImpl) error {
@@ -334,7 +334,7 @@ func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err e
 	}, pending{buf: b})
 	if err != nil {
 		d.pool.put(b, false)
-		return true, fmt.Errorf("device %d: submit of %d bytes from %#x (staged) to %#x: %w", d.ID, n, src, dst, err)
+		return true, fmt.Errorf("device %d: %s of %d bytes from %#x (staged) to %#x: %w", d.ID, plugin.HostToDevice, n, src, dst, plugin.Cause(err))
 	}
 	d.noteUse(dst, n, q)
 	return true, nil

@@ -2,6 +2,7 @@ package amdgpu
 
 import (
 	"errors"
+	"fmt"
 	"unsafe"
 )
 
@@ -25,7 +26,7 @@ func (d *device) MemInfo() (free, total uint64, err error) {
 	}
 	var avail uint64
 	if err := d.fn.status("hsa_agent_get_info", d.fn.agentGetInfo, uintptr(d.agent), amdAgentInfoMemoryAvail, uintptr(unsafe.Pointer(&avail))); err != nil {
-		return 0, total, d.errorf(errors.Join(errors.ErrUnsupported, err), "free memory (HSA_AMD_AGENT_INFO_MEMORY_AVAIL)")
+		return 0, total, d.errorf(fmt.Errorf("free memory (HSA_AMD_AGENT_INFO_MEMORY_AVAIL): %w: %w", errors.ErrUnsupported, err), "memory info")
 	}
 	return avail, total, nil
 }

@@ -228,7 +228,7 @@ func (d *device) inOpenCtx(f func() error) error {
 // memory (cuMemAllocManaged, ATTACH_GLOBAL).
 func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	if n == 0 {
-		return 0, fmt.Errorf("%v: alloc of 0 bytes of %s memory: %w", d, kind, ErrInvalid)
+		return 0, d.opErr(ErrInvalid, "alloc of 0 bytes of %s memory", kind)
 	}
 	var p uintptr
 	var err error
@@ -241,16 +241,16 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 		})
 	case plugin.MemShared:
 		if d.drv.cuMemAllocManaged == 0 {
-			return 0, fmt.Errorf("%v: cuMemAllocManaged missing in %s: %w", d, d.drv.lib.Path, ErrNotSupported)
+			return 0, d.opErr(fmt.Errorf("cuMemAllocManaged missing in %s: %w", d.drv.lib.Path, ErrNotSupported), "alloc of %d bytes of %s memory", n, kind)
 		}
 		err = d.withCtx("cuMemAllocManaged", func() result {
 			return call(d.drv.cuMemAllocManaged, uintptr(unsafe.Pointer(&p)), n, cuMemAttachGlobal)
 		})
 	default:
-		return 0, fmt.Errorf("%v: alloc of %s memory: %w", d, kind, ErrInvalid)
+		return 0, d.opErr(ErrInvalid, "alloc of %s memory", kind)
 	}
 	if err != nil {
-		return 0, &plugin.OpError{Dev: d.String(), Op: fmt.Sprintf("alloc of %d bytes of %s memory", n, kind), Err: err}
+		return 0, d.opErr(err, "alloc of %d bytes of %s memory", n, kind)
 	}
 	d.mu.Lock()
 	d.allocs[p] = kind
@@ -267,7 +267,7 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 	}
 	d.mu.Unlock()
 	if !ok || k != kind {
-		return fmt.Errorf("%v: free of %s memory at %#x: %w", d, kind, p, ErrNotAllocated)
+		return d.opErr(ErrNotAllocated, "free of %s memory at %#x", kind, p)
 	}
 	if err := d.free(kind, p); err != nil {
 		// The driver still holds the block: keep the record so that a later
@@ -303,16 +303,16 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		return nil
 	}
 	if dst == 0 || src == 0 {
-		return fmt.Errorf("%v: copy %s of %d bytes from %#x to %#x: %w", d, dir, n, src, dst, ErrInvalid)
+		return d.opErr(ErrInvalid, "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 	}
 	var stream uintptr
 	if q != nil {
 		s, ok := q.(*Queue)
 		if !ok || s.d != d {
-			return fmt.Errorf("%v: copy %s on a queue of another device (%T): %w", d, dir, q, ErrInvalid)
+			return d.opErr(fmt.Errorf("%w: a queue of another device (%T)", ErrInvalid, q), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 		}
 		if stream = s.handle(); stream == 0 {
-			return fmt.Errorf("%v: copy %s: queue %w", d, dir, ErrClosed)
+			return d.opErr(fmt.Errorf("queue %w", ErrClosed), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 		}
 	}
 	var fn uintptr
@@ -333,7 +333,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		cmem.Copy(dst, src, n)
 		return nil
 	default:
-		return fmt.Errorf("%v: copy in direction %s: %w", d, dir, ErrInvalid)
+		return d.opErr(ErrInvalid, "copy in direction %s", dir)
 	}
 	enqueue := func(s uintptr) result { return call(fn, dst, src, n, s) }
 	if dir != plugin.DeviceToDevice {
@@ -484,7 +484,7 @@ func (d *device) NewQueue() (plugin.QueueImpl, error) {
 	if err := d.withCtx("cuStreamCreate", func() result {
 		return call(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), cuStreamNonBlocking)
 	}); err != nil {
-		return nil, fmt.Errorf("%v: %w", d, err)
+		return nil, &plugin.OpError{Dev: d.String(), Op: "new queue", Err: err}
 	}
 	q := &Queue{d: d}
 	q.stream.Store(uint64(s))

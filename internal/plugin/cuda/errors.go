@@ -107,3 +107,9 @@ func staticName(code int) string {
 }
 
 func codeErr(code int) *Error { return &Error{Code: code, Name: staticName(code)} }
+
+// opErr is the error of an operation on d: target names the device by its
+// OpenMP number and the operation itself, and keeps only err (plugin.Cause).
+func (d *device) opErr(err error, format string, args ...any) error {
+	return &plugin.OpError{Dev: d.String(), Op: fmt.Sprintf(format, args...), Err: err}
+}

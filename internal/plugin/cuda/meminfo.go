@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
 // infoSyms are the optional symbols of the device-memory figures.
@@ -24,13 +26,13 @@ func (d *driver) infoTable(opt func(string, *uintptr) entry) []entry {
 // figure is the whole device's, other processes included.
 func (d *device) MemInfo() (free, total uint64, err error) {
 	if d.drv.cuMemGetInfo == 0 {
-		return 0, 0, fmt.Errorf("%v: memory info: cuMemGetInfo_v2 missing in %s: %w", d, d.drv.lib.Path, errors.ErrUnsupported)
+		return 0, 0, &plugin.OpError{Dev: d.String(), Op: "memory info", Err: fmt.Errorf("cuMemGetInfo_v2 missing in %s: %w", d.drv.lib.Path, errors.ErrUnsupported)}
 	}
 	var f, t uintptr
 	if err := d.withCtx("cuMemGetInfo", func() result {
 		return call(d.drv.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
 	}); err != nil {
-		return 0, 0, fmt.Errorf("%v: memory info: %w", d, err)
+		return 0, 0, &plugin.OpError{Dev: d.String(), Op: "memory info", Err: err}
 	}
 	return uint64(f), uint64(t), nil
 }

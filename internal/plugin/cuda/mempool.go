@@ -317,7 +317,7 @@ func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%v: pool alloc of %d bytes: %w", mp.d, n, err)
+		return 0, &plugin.OpError{Dev: mp.d.String(), Op: fmt.Sprintf("pool alloc of %d bytes", n), Err: err}
 	}
 	return p, nil
 }
@@ -411,7 +411,7 @@ func (mp *memPool) Free(p uintptr, q plugin.QueueImpl, after []plugin.QueueImpl)
 		return drv.check("cuMemFreeAsync", call(drv.cuMemFreeAsync, p, s))
 	})
 	if err != nil {
-		return fmt.Errorf("%v: pool free of %#x: %w", mp.d, p, err)
+		return &plugin.OpError{Dev: mp.d.String(), Op: fmt.Sprintf("pool free of %#x", p), Err: err}
 	}
 	return nil
 }

@@ -253,22 +253,22 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	switch kind {
 	case plugin.MemDevice, plugin.MemHost, plugin.MemShared:
 	default:
-		return 0, fmt.Errorf("host alloc of %s memory: %w", kind, ErrInvalid)
+		return 0, opErr(ErrInvalid, "alloc of %s memory", kind)
 	}
 	if n == 0 || n > ^uintptr(0)-pageSize {
-		return 0, fmt.Errorf("host alloc of %d bytes: %w", n, ErrInvalid)
+		return 0, opErr(ErrInvalid, "alloc of %d bytes of %s memory", n, kind)
 	}
 	size := (n + pageSize - 1) &^ (pageSize - 1)
 	p, err := d.libc.Map(size)
 	if err != nil {
-		return 0, fmt.Errorf("host alloc of %d bytes of %s memory: %w", n, kind, err)
+		return 0, opErr(err, "alloc of %d bytes of %s memory", n, kind)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if kind == plugin.MemHost {
 		if err := d.lockLocked(p, size); err != nil {
 			_ = d.libc.Unmap(p, size)
-			return 0, fmt.Errorf("host alloc of %d bytes of pinned memory: %w", n, err)
+			return 0, opErr(fmt.Errorf("pin: %w", err), "alloc of %d bytes of %s memory", n, kind)
 		}
 	}
 	d.allocs[p] = allocation{size: size, kind: kind}
@@ -281,7 +281,7 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 	defer d.mu.Unlock()
 	a, ok := d.allocs[p]
 	if !ok || a.kind != kind {
-		return fmt.Errorf("host free of %s memory at %#x: %w", kind, p, ErrNotAllocated)
+		return opErr(ErrNotAllocated, "free of %s memory at %#x", kind, p)
 	}
 	return d.freeLocked(p, a)
 }
@@ -302,10 +302,10 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		return nil
 	}
 	if dst == 0 || src == 0 {
-		return fmt.Errorf("host copy %s of %d bytes from %#x to %#x: %w", dir, n, src, dst, ErrInvalid)
+		return opErr(ErrInvalid, "%s of %d bytes from %#x to %#x", dir, n, src, dst)
 	}
 	if err := cmem.CopyChecked(dst, src, n); err != nil { // a foreign range may fault
-		return fmt.Errorf("host copy %s: %w: %w", dir, ErrInvalid, err)
+		return opErr(fmt.Errorf("%w: %w", ErrInvalid, err), "%s of %d bytes from %#x to %#x", dir, n, src, dst)
 	}
 	return nil
 }
@@ -339,3 +339,10 @@ type hostQueue struct{}
 func (hostQueue) Synchronize() error   { return nil }
 func (hostQueue) Query() (bool, error) { return true, nil }
 func (hostQueue) Destroy() error       { return nil }
+
+// opErr is the error of an operation on the host device: target names the
+// device by its OpenMP number and the operation itself, and keeps only err
+// (plugin.Cause); alone it reads "host: op: err".
+func opErr(err error, format string, args ...any) error {
+	return &plugin.OpError{Dev: "host", Op: fmt.Sprintf(format, args...), Err: err}
+}

@@ -29,6 +29,7 @@ func (h *Heap) AllocFresh(size, align uintptr, owner uint32, zero bool, t *Tally
 	if err != nil {
 		return 0, 0, err
 	}
+	h.noteTook()
 	s.owner, s.req = owner, size
 	publish(&s.state, spanLarge)
 	if t != nil {

@@ -178,6 +178,7 @@ type pcache struct {
 	regions  [hugePerP]*span
 	nregions int
 	credit   uintptr // KeepHuge budget the P holds beyond its regions (hugecache.go)
+	took     uint8   // huge blocks the P served and kept no region for yet, at most hugePerP
 	_        [64]byte
 }
 

@@ -104,6 +104,7 @@ func (pc *pcache) takeFit(foot, align uintptr) *span {
 			pc.regions[i] = nil
 			pc.nregions = i
 			pc.credit += s.size
+			pc.took = min(pc.took+1, hugePerP)
 			return s
 		}
 	}
@@ -118,6 +119,7 @@ func (pc *pcache) takeFitSlow(foot, align uintptr) *span {
 	}
 	s := pc.takeRegion(i)
 	pc.credit += s.size
+	pc.took = min(pc.took+1, hugePerP)
 	return s
 }
 
@@ -225,34 +227,33 @@ func freeRegion(pid int, ch *chunk, p uintptr) error {
 }
 
 // freeHuge is freeLarge for a huge region s whose state it set retained:
-// kept in P pid's cache and b counted out of t there, in the pinned section
-// the caller began, when the cache has room and KeepHuge allows; else kept
-// centrally or released (freeHugeRare). It unpins.
+// kept in P pid's cache, when the P has served a huge block it has not kept
+// a region for yet (pcache.took), the cache has room and the P's credit
+// covers it; else kept centrally or released (freeHugeRare). b is counted
+// out of t in the pinned section the caller began, either way. It unpins.
 func (h *Heap) freeHuge(pid int, s *span, b Block, t *Tally) {
-	keep := h.keepHuge.Load()
 	cs := *h.caches.Load()
 	// closed after the caches' load: a Close stores it before it installs
 	// fresh caches (trim), and sync/atomic is sequentially consistent, so
 	// a section that loaded the fresh caches sees it set; a region is never
 	// cached where no trim will look again.
-	if pid >= len(cs) || s.size > keep || h.closed.Load() {
+	if pid >= len(cs) || h.closed.Load() {
+		counted := t == nil || countOut(pid, b, t)
 		pcpu.Unpin()
-		h.freeHugeCentral(s, b, t, nil)
+		h.freeHugeCentral(s, b, t, counted, nil)
 		return
 	}
 	pc := cs[pid]
 	pc.guard.Lock()
-	if pc.nregions >= hugePerP || pc.credit < s.size {
-		h.freeHugeRare(pc, pid, s, b, t, keep) // unlocks, unpins
+	if pc.took == 0 || pc.nregions >= hugePerP || pc.credit < s.size {
+		h.freeHugeRare(pc, pid, s, b, t) // unlocks, unpins
 		return
 	}
+	pc.took--
 	pc.credit -= s.size
 	pc.regions[pc.nregions] = s
 	pc.nregions++
-	counted := t == nil
-	if !counted {
-		counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
-	}
+	counted := t == nil || countOut(pid, b, t)
 	pc.guard.Unlock()
 	pcpu.Unpin()
 	if !counted {
@@ -260,61 +261,69 @@ func (h *Heap) freeHuge(pid int, s *span, b Block, t *Tally) {
 	}
 }
 
-// freeHugeRare is freeHuge when P pid's cache is full or its credit falls
-// short of s: the cache's oldest region goes to the central list (full);
-// the P reserves what its credit lacks; failing that, it gives its credit
-// back, and if that is not enough, all its regions go to the central list
-// as its oldest, the first keepOrFree releases to make room for s (the
-// region just freed is the likeliest to be asked for again: a loop of big
-// buffers). s is cached if the P has the budget for it, else kept
-// centrally or released. The caller is pinned and holds pc's guard; it
-// releases both.
+// countOut counts b out of t on P pid, pinned; false when the P has no
+// shard yet (the caller counts it unpinned).
+func countOut(pid int, b Block, t *Tally) bool {
+	ok, _ := t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
+	return ok
+}
+
+// freeHugeRare is freeHuge when the P keeps no region for s: it has served
+// no huge block since it last kept one (a P that only frees, the consumer
+// of a pipeline, leaves what it frees to the central list, where the
+// producer's P finds it), its cache is full, or its credit falls short.
+// A full cache's oldest region goes to the central list; a P short of
+// credit reserves the difference, and failing that gives its credit back
+// and moves all its regions to the central list as the oldest, the first
+// keepOrFree releases to make room for s (the region just freed is the
+// likeliest to be asked for again: a loop of big buffers). s is cached if
+// the P then has the budget, else kept centrally or released. The caller
+// is pinned and holds pc's guard; it releases both.
 //
 //go:noinline
-func (h *Heap) freeHugeRare(pc *pcache, pid int, s *span, b Block, t *Tally, keep uintptr) {
+func (h *Heap) freeHugeRare(pc *pcache, pid int, s *span, b Block, t *Tally) {
 	var out [hugePerP]*span
 	n := 0
-	if pc.nregions >= hugePerP {
-		out[0] = pc.takeRegion(0) // its budget moves to the central list with it
-		n = 1
-	}
-	cached := pc.credit >= s.size || h.reserveKept(s.size-pc.credit, keep)
-	if cached {
-		pc.credit -= min(pc.credit, s.size)
-	} else {
-		h.unreserveKept(pc.credit)
-		pc.credit = 0
-		for pc.nregions > 0 && n < len(out) {
-			out[n] = pc.takeRegion(0)
-			n++
+	cached := false
+	if keep := h.keepHuge.Load(); pc.took > 0 && s.size <= keep {
+		if pc.nregions >= hugePerP {
+			out[0] = pc.takeRegion(0) // its budget moves to the central list with it
+			n = 1
+		}
+		cached = pc.credit >= s.size || h.reserveKept(s.size-pc.credit, keep)
+		if cached {
+			pc.credit -= min(pc.credit, s.size)
+			pc.took--
+			pc.regions[pc.nregions] = s
+			pc.nregions++
+		} else {
+			h.unreserveKept(pc.credit)
+			pc.credit = 0
+			for pc.nregions > 0 && n < len(out) {
+				out[n] = pc.takeRegion(0)
+				n++
+			}
 		}
 	}
-	counted := t == nil
-	if cached {
-		pc.regions[pc.nregions] = s
-		pc.nregions++
-		if !counted {
-			counted, _ = t.countPinned(pid, false, int64(b.Size), int64(b.Footprint))
-		}
-	}
+	counted := t == nil || countOut(pid, b, t)
 	pc.guard.Unlock()
 	pcpu.Unpin()
 	if cached {
-		if !counted {
-			t.CountFree(int64(b.Size), int64(b.Footprint))
-		}
 		s = nil
 	}
-	h.freeHugeCentral(s, b, t, out[:n])
+	h.freeHugeCentral(s, b, t, counted, out[:n])
 }
 
-// freeHugeCentral counts b out of t and keeps the freed region s (nil:
-// cached already, counted there) centrally or releases it, after the
+// freeHugeCentral counts b out of t unless counted, and keeps the freed
+// region s (nil: cached already) centrally or releases it, after the
 // regions evicted from a P's cache, whose budget they bring (h.kept counts
 // them) and which join the central list as its oldest. h.mu not held.
-func (h *Heap) freeHugeCentral(s *span, b Block, t *Tally, evicted []*span) {
-	if s != nil && t != nil {
+func (h *Heap) freeHugeCentral(s *span, b Block, t *Tally, counted bool, evicted []*span) {
+	if !counted {
 		t.CountFree(int64(b.Size), int64(b.Footprint))
+	}
+	if s == nil && len(evicted) == 0 {
+		return
 	}
 	h.mu.Lock()
 	if len(evicted) > 0 && h.closed.Load() { // a Close's trim may be done: nothing is kept now
@@ -331,6 +340,20 @@ func (h *Heap) freeHugeCentral(s *span, b Block, t *Tally, evicted []*span) {
 	h.unlock()
 }
 
+// noteTook records, on the current P, a huge block served without its
+// cache (the central list, a new region): the P may keep a region for it
+// when it is freed there (pcache.took).
+func (h *Heap) noteTook() {
+	pid := pcpu.Pin()
+	if cs := *h.caches.Load(); pid < len(cs) {
+		pc := cs[pid]
+		pc.guard.Lock()
+		pc.took = min(pc.took+1, hugePerP)
+		pc.guard.Unlock()
+	}
+	pcpu.Unpin()
+}
+
 // drainRegions gives the regions of a cache Trim took (after its grace
 // period) back to the source, and its budget back. h.mu held.
 func (h *Heap) drainRegions(pc *pcache) {
@@ -341,7 +364,7 @@ func (h *Heap) drainRegions(pc *pcache) {
 	}
 	h.unreserveKept(n)
 	clear(pc.regions[:])
-	pc.nregions, pc.credit = 0, 0
+	pc.nregions, pc.credit, pc.took = 0, 0, 0
 }
 
 // giveIdle is what an allocation does when the source refused it memory

@@ -278,3 +278,29 @@ func TestRacingFreesOfCachedRegion(t *testing.T) {
 	}
 	require.Equal(t, h.Stats().Mapped, h.Stats().Retained, "every region idle")
 }
+
+// A P that frees a huge block it did not serve (the consumer of a
+// pipeline: another goroutine allocates) leaves the region to the central
+// list, where the allocating P finds it, whatever P it runs on, instead of
+// keeping it where that P never looks. Here Trim's fresh caches stand for
+// a P that served nothing.
+func TestFreeingPWithoutAllocsKeepsCentrally(t *testing.T) {
+	h := New(MapSource{}, Config{Name: t.Name(), KeepHuge: 64 << 20})
+	t.Cleanup(h.Close)
+	tl := NewTally()
+	SetTally(9, tl)
+	t.Cleanup(func() { SetTally(9, nil) })
+	p, _, err := h.AllocCounted(7<<20, 16, 9, false, tl)
+	require.NoError(t, err)
+	h.Trim() // every P's cache anew: none has served a huge block
+	require.NoError(t, FreeFast(p, false))
+	require.Empty(t, cachedRegions(h), "not kept by a P that served no huge block")
+	require.Equal(t, TallySum{Allocs: 1, Frees: 1}, tl.Sum())
+	require.Equal(t, uintptr(7<<20), h.Stats().Retained)
+	q, _, err := h.Alloc(7<<20, 16, 9, false)
+	require.NoError(t, err)
+	require.Equal(t, p, q, "the central list serves any P")
+	_, err = Free(q)
+	require.NoError(t, err)
+	require.Equal(t, []uintptr{p}, cachedRegions(h), "the P that served it keeps it now")
+}

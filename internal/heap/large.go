@@ -246,6 +246,7 @@ func (h *Heap) allocLargeUncounted(size, align uintptr, owner uint32, zero bool,
 		}
 		fresh = true
 	}
+	h.noteTook()
 	s.owner, s.req = owner, size
 	publish(&s.state, spanLarge)
 	if zero && !fresh {

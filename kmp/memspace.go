@@ -125,7 +125,7 @@ func GetDevicesAllAllocator(ms MemspaceHandle) AllocatorHandle {
 }
 
 // GetMemspaceNumResources is omp_get_memspace_num_resources: for a host
-// memory space the NUMA nodes whose memory backs it (see memspace.Nodes),
+// memory space the NUMA nodes whose memory backs it (see memspace.Placement),
 // for a target one 1, for a device memory space the devices (the host
 // included) it spans.
 func GetMemspaceNumResources(ms MemspaceHandle) int {
@@ -134,7 +134,7 @@ func GetMemspaceNumResources(ms MemspaceHandle) int {
 		if id.IsTarget() {
 			return 1
 		}
-		nodes, _ := memspace.Nodes(id)
+		nodes, _, _ := memspace.Placement(id)
 		return len(nodes)
 	}
 	if d, ok := memspace.DevicesOf(id); ok {
@@ -163,7 +163,7 @@ func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 		return ms
 	}
 	if id.Valid() {
-		nodes, _ := memspace.Nodes(id)
+		nodes, _, _ := memspace.Placement(id)
 		return subNodes(id, nodes, resources)
 	}
 	d, ok := memspace.DevicesOf(id)

@@ -15,7 +15,7 @@ import (
 func TestHostMemspaceResourcesAreNodes(t *testing.T) {
 	nodes := numa.System().Tiers().Default
 	for _, ms := range []MemspaceHandle{DefaultMemSpace, LargeCapMemSpace, HighBwMemSpace, LowLatMemSpace} {
-		want, _ := memspace.Nodes(memspace.ID(ms))
+		want, _, _ := memspace.Placement(memspace.ID(ms))
 		require.Equal(t, len(want), GetMemspaceNumResources(ms), "%#x", uintptr(ms))
 	}
 	require.Equal(t, 1, GetMemspaceNumResources(MemspaceHandle(memspace.TargetDevice)))
@@ -29,7 +29,7 @@ func TestHostMemspaceResourcesAreNodes(t *testing.T) {
 		sub := GetSubmemspace(DefaultMemSpace, []int{1})
 		require.NotEqual(t, NullMemSpace, sub)
 		require.Equal(t, 1, GetMemspaceNumResources(sub))
-		got, _ := memspace.Nodes(memspace.ID(sub))
+		got, _, _ := memspace.Placement(memspace.ID(sub))
 		require.Equal(t, []int{nodes[1]}, got)
 		require.Equal(t, sub, GetSubmemspace(sub, []int{0}))
 	}

@@ -6,37 +6,16 @@ import (
 	"github.com/ompalloc/ompalloc/internal/numa"
 )
 
-// Kind says where the memory of a memory space lives.
-type Kind int
-
-// Kinds of memory. The zero Kind is KindUnknown.
-const (
-	KindUnknown      Kind = iota
-	KindHost              // ordinary host memory from the C heap
-	KindTargetHost        // page-locked host memory from a device driver
-	KindTargetShared      // memory shared between host and device (managed)
-	KindTargetDevice      // memory on a device, not addressable by the host
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindHost:
-		return "host"
-	case KindTargetHost:
-		return "target-host"
-	case KindTargetShared:
-		return "target-shared"
-	case KindTargetDevice:
-		return "target-device"
-	}
-	return "unknown"
-}
-
 // Backing describes what serves a memory space on this host.
 type Backing struct {
-	ID       ID
-	Memory   string // what backs it, in words
-	Kind     Kind
+	ID     ID
+	Memory string // what backs it, in words
+	// Kind says where the memory lives: "host" (ordinary host memory from
+	// the C heap), "target-host" (page-locked host memory from a device
+	// driver), "target-shared" (shared between host and device, managed),
+	// "target-device" (on a device, not addressable by the host), or
+	// "unknown".
+	Kind     string
 	BackedBy ID     // the memory space whose memory is really used: Default for the substitutes, ID otherwise
 	Nodes    []int  // NUMA nodes whose memory backs a host memory space
 	NodesWhy string // why those nodes
@@ -44,11 +23,11 @@ type Backing struct {
 
 // Describe says what backs id, and on which NUMA nodes. The host memory spaces other than default are
 // served by default host memory (see the package documentation); an unknown
-// or runtime-made handle gets KindUnknown.
+// or runtime-made handle gets Kind "unknown".
 func Describe(id ID) Backing { return describe(id, topology()) }
 
 func describe(id ID, top *numa.Topology) Backing {
-	b := Backing{ID: id, Kind: KindHost, BackedBy: id}
+	b := Backing{ID: id, Kind: "host", BackedBy: id}
 	var restricted bool
 	b.Nodes, restricted, b.NodesWhy = placement(id, top)
 	switch id {
@@ -75,18 +54,18 @@ func describe(id ID, top *numa.Topology) Backing {
 		b.Memory = "default host memory (no read-only memory on this host; writes are not trapped)"
 		b.BackedBy = Default
 	case TargetHost:
-		b.Kind = KindTargetHost
+		b.Kind = "target-host"
 		b.Memory = "page-locked host memory allocated by the device driver"
 	case TargetShared:
-		b.Kind = KindTargetShared
+		b.Kind = "target-shared"
 		b.Memory = "memory shared by host and device, allocated by the device driver"
 	case TargetDevice:
-		b.Kind = KindTargetDevice
+		b.Kind = "target-device"
 		b.Memory = "device memory allocated by the device driver (not host-addressable)"
 	default:
-		b.Kind = KindUnknown
+		b.Kind = "unknown"
 		if d, ok := DevicesOf(id); ok && d.Nodes != nil {
-			b.Kind = KindHost
+			b.Kind = "host"
 			b.BackedBy = d.Base
 			b.Memory = fmt.Sprintf("%v memory on NUMA nodes %s", d.Base, numa.FormatList(d.Nodes))
 		} else if id.IsRuntime() {

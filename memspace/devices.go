@@ -32,7 +32,7 @@ func (d Devices) key() string {
 var (
 	runtimeMu  sync.Mutex
 	runtimeIDs = map[string]ID{}
-	runtimeMS  []Devices // index: id - FirstRuntime
+	runtimeMS  []Devices // index: id - firstRuntime
 )
 
 // OnDevices returns the memory space of base's memory on the given devices.
@@ -61,7 +61,7 @@ func register(d Devices) ID {
 	if id, ok := runtimeIDs[k]; ok {
 		return id
 	}
-	id := FirstRuntime + ID(len(runtimeMS))
+	id := firstRuntime + ID(len(runtimeMS))
 	runtimeMS = append(runtimeMS, d)
 	runtimeIDs[k] = id
 	return id
@@ -74,7 +74,7 @@ func DevicesOf(id ID) (Devices, bool) {
 	}
 	runtimeMu.Lock()
 	defer runtimeMu.Unlock()
-	i := id - FirstRuntime
+	i := id - firstRuntime
 	if i >= ID(len(runtimeMS)) {
 		return Devices{}, false
 	}

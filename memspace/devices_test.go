@@ -36,7 +36,7 @@ func TestOnDevicesErrors(t *testing.T) {
 	require.ErrorContains(t, err, "not a predefined")
 	_, err = OnDevices(Default, nil, false)
 	require.ErrorContains(t, err, "at least one device")
-	_, ok := DevicesOf(FirstRuntime + 100000)
+	_, ok := DevicesOf(firstRuntime + 100000)
 	require.False(t, ok)
 	_, ok = DevicesOf(Default)
 	require.False(t, ok)

@@ -40,7 +40,7 @@
 //
 // OpenMP 6.0 adds memory spaces made at run time (for example by
 // omp_get_device_memspace). Their handles are allocated by the runtime from
-// FirstRuntime (0x1000) upwards; values below it are reserved for the
+// 0x1000 upwards; values below it are reserved for the
 // predefined memory spaces of omp.h. This package only names the predefined
 // ones: Valid reports false for a runtime-made handle, and IsRuntime tells the
 // two ranges apart.

@@ -18,9 +18,9 @@ const (
 	TargetDevice ID = 102 // llvm_omp_target_device_mem_space
 )
 
-// FirstRuntime is the first handle a runtime-made memory space may take
+// firstRuntime (0x1000) is the first handle a runtime-made memory space may take
 // (OpenMP 6.0 device memory spaces). Handles below it are reserved for omp.h.
-const FirstRuntime ID = 0x1000
+const firstRuntime ID = 0x1000
 
 // predefined lists the memory spaces in the order All returns them.
 var predefined = []struct {
@@ -91,7 +91,7 @@ func (id ID) IsTarget() bool {
 
 // IsRuntime reports whether id lies in the range reserved for memory spaces
 // made at run time.
-func (id ID) IsRuntime() bool { return id >= FirstRuntime }
+func (id ID) IsRuntime() bool { return id >= firstRuntime }
 
 // All returns the predefined memory spaces, default first, then the other
 // host ones, then the target ones. The slice is new on each call.

@@ -10,21 +10,15 @@ import (
 // topology is the machine's; tests put fixtures in its place.
 var topology = numa.System
 
-// Nodes returns the NUMA nodes whose memory backs a host memory space on
-// this machine, and why those: every node with memory for the default
-// memory space (and low_lat and const, which have no memory of their own),
-// the high-bandwidth nodes for high_bw and the capacity nodes for large_cap
-// when the machine has such nodes (else every node, as default memory), the
-// chosen nodes for a sub-memory space. Target memory spaces and unknown
-// handles have none.
-func Nodes(id ID) (nodes []int, why string) {
-	nodes, _, why = placement(id, topology())
-	return nodes, why
-}
-
-// Placement returns the nodes of a host memory space and whether they are
-// a restriction (fewer than every node with memory: HBM, CXL, a
-// sub-memory space), which an allocator must enforce with a memory policy.
+// Placement returns the NUMA nodes whose memory backs a host memory space
+// on this machine, whether they are a restriction (fewer than every node
+// with memory: HBM, CXL, a sub-memory space), which an allocator must
+// enforce with a memory policy, and why those nodes: every node with memory
+// for the default memory space (and low_lat and const, which have no memory
+// of their own), the high-bandwidth nodes for high_bw and the capacity
+// nodes for large_cap when the machine has such nodes (else every node, as
+// default memory), the chosen nodes for a sub-memory space. Target memory
+// spaces and unknown handles have none.
 func Placement(id ID) (nodes []int, restricted bool, why string) {
 	return placement(id, topology())
 }

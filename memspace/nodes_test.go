@@ -74,7 +74,7 @@ func TestPlacementOnFixtures(t *testing.T) {
 				require.Contains(t, b.Memory, w.memory, "%v", id)
 				require.Equal(t, w.nodes, b.Nodes)
 			}
-			nodes, why := Nodes(TargetDevice)
+			nodes, _, why := Placement(TargetDevice)
 			require.Nil(t, nodes)
 			require.Empty(t, why)
 		})
@@ -94,7 +94,7 @@ func TestOnNodes(t *testing.T) {
 	require.True(t, restricted)
 	require.Contains(t, why, "sub-memory space of omp_high_bw_mem_space")
 	b := Describe(sub)
-	require.Equal(t, KindHost, b.Kind)
+	require.Equal(t, "host", b.Kind)
 	require.Equal(t, HighBw, b.BackedBy)
 	require.Equal(t, "omp_high_bw_mem_space memory on NUMA nodes 3", b.Memory)
 

@@ -270,7 +270,7 @@ func gatherInfo() *InfoReport {
 				nodes = []int{}
 			}
 			r.Memspaces = append(r.Memspaces, MemspaceInfo{
-				Handle: uint64(id), Name: id.String(), Kind: b.Kind.String(), Memory: b.Memory, BackedBy: b.BackedBy.String(),
+				Handle: uint64(id), Name: id.String(), Kind: b.Kind, Memory: b.Memory, BackedBy: b.BackedBy.String(),
 				Nodes: nodes, NodesWhy: b.NodesWhy,
 			})
 		}

@@ -73,7 +73,7 @@ func TestMemspaceAllocator(t *testing.T) {
 	}
 	_, ok := predef.ForMemspace(memspace.Null)
 	require.False(t, ok)
-	_, ok = predef.ForMemspace(memspace.FirstRuntime)
+	_, ok = predef.ForMemspace(memspace.ID(0x1000))
 	require.False(t, ok)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/internal/partition"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -155,20 +156,20 @@ func TestErrorStringsShape(t *testing.T) {
 			return err, "target memory at 0x"
 		}, []error{ErrNotSupported}, nil, "not supported"},
 		{"a partitioner destroyed twice", func(t *testing.T) (error, string) {
-			p, err := NewPartitioner(PartitionStatic, func(*MemPartition) {}, nil)
+			p, err := partition.New(partition.Static, func(*partition.MemPartition) {}, nil)
 			require.NoError(t, err)
 			require.NoError(t, p.Destroy())
 			return p.Destroy(), "partitioner "
 		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
 		{"a partitioner without compute", func(t *testing.T) (error, string) {
-			_, err := NewPartitioner(PartitionStatic, nil, nil)
+			_, err := partition.New(partition.Static, nil, nil)
 			return err, "partitioner: "
 		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
 		{"SetPart before Init", func(t *testing.T) (error, string) {
-			return new(MemPartition).SetPart(0, 0, 4096), "part 0: "
+			return new(partition.MemPartition).SetPart(0, 0, 4096), "part 0: "
 		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
 		{"Init of no parts", func(t *testing.T) (error, string) {
-			return new(MemPartition).Init(0, 0), "a partition of 0 parts: "
+			return new(partition.MemPartition).Init(0, 0), "a partition of 0 parts: "
 		}, []error{ErrInvalidArgument}, nil, "invalid argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

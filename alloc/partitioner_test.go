@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/partition"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -21,7 +22,7 @@ type ptnLog struct {
 
 // halves cuts every allocation in two parts on the last resource and the
 // first, user data = size.
-func (l *ptnLog) halves(mp *MemPartition) {
+func (l *ptnLog) halves(mp *partition.MemPartition) {
 	l.computed = append(l.computed, mp.Size())
 	if err := mp.Init(2, mp.Size()); err != nil {
 		panic(err)
@@ -31,9 +32,9 @@ func (l *ptnLog) halves(mp *MemPartition) {
 	_ = mp.SetPart(1, 0, mp.Size()-h)
 }
 
-func (l *ptnLog) release(mp *MemPartition) { l.released = append(l.released, mp.UserData()) }
+func (l *ptnLog) release(mp *partition.MemPartition) { l.released = append(l.released, mp.UserData()) }
 
-func ptnAllocator(t *testing.T, p *Partitioner, fb traits.Value) *Allocator {
+func ptnAllocator(t *testing.T, p *partition.Partitioner, fb traits.Value) *Allocator {
 	t.Helper()
 	a, err := NewFromTraits(memspace.Default, []traits.Trait{
 		{Key: traits.Partition, Value: traits.PartitionerValue}, {Key: traits.Partitioner, Value: p.Handle()},
@@ -48,7 +49,7 @@ func ptnAllocator(t *testing.T, p *Partitioner, fb traits.Value) *Allocator {
 func TestPartitionerDynamic(t *testing.T) {
 	needMempolicy(t)
 	var l ptnLog
-	p, err := NewPartitioner(PartitionDynamic, l.halves, l.release)
+	p, err := partition.New(partition.Dynamic, l.halves, l.release)
 	require.NoError(t, err)
 	a := ptnAllocator(t, p, traits.NullFb)
 	nodes := numa.System().Tiers().Default
@@ -80,14 +81,14 @@ func TestPartitionerDynamic(t *testing.T) {
 	require.NoError(t, a.Destroy())
 	require.NoError(t, p.Destroy())
 	require.Error(t, p.Destroy())
-	_, ok := LookupPartitioner(p.Handle())
+	_, ok := partition.Lookup(p.Handle())
 	require.False(t, ok)
 }
 
 func TestPartitionerLifetimes(t *testing.T) {
 	t.Run("static", func(t *testing.T) {
 		var l ptnLog
-		p, err := NewPartitioner(PartitionStatic, l.halves, l.release)
+		p, err := partition.New(partition.Static, l.halves, l.release)
 		require.NoError(t, err)
 		a1, a2 := ptnAllocator(t, p, traits.NullFb), ptnAllocator(t, p, traits.NullFb)
 		for _, a := range []*Allocator{a1, a2, a1} {
@@ -104,7 +105,7 @@ func TestPartitionerLifetimes(t *testing.T) {
 	})
 	t.Run("allocator", func(t *testing.T) {
 		var l ptnLog
-		p, err := NewPartitioner(PartitionAllocator, l.halves, l.release)
+		p, err := partition.New(partition.PerAllocator, l.halves, l.release)
 		require.NoError(t, err)
 		a1, a2 := ptnAllocator(t, p, traits.NullFb), ptnAllocator(t, p, traits.NullFb)
 		for _, a := range []*Allocator{a1, a2, a1, a2} {
@@ -127,7 +128,7 @@ func TestPartitionerLifetimes(t *testing.T) {
 func TestPartitionerBadPartitionGoesThroughTheFallback(t *testing.T) {
 	needMempolicy(t)
 	var setErr error
-	p, err := NewPartitioner(PartitionDynamic, func(mp *MemPartition) {
+	p, err := partition.New(partition.Dynamic, func(mp *partition.MemPartition) {
 		_ = mp.Init(1, 0)
 		setErr = mp.SetPart(0, mp.NumResources(), mp.Size()) // no such resource
 		_ = mp.SetPart(0, 0, mp.Size()-1)
@@ -150,21 +151,21 @@ func TestPartitionerBadPartitionGoesThroughTheFallback(t *testing.T) {
 }
 
 func TestPartitionerBadInput(t *testing.T) {
-	_, err := NewPartitioner(0, func(*MemPartition) {}, nil)
+	_, err := partition.New(0, func(*partition.MemPartition) {}, nil)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = NewPartitioner(PartitionDynamic, nil, nil)
+	_, err = partition.New(partition.Dynamic, nil, nil)
 	require.ErrorContains(t, err, "compute routine")
 	_, err = NewFromTraits(memspace.Default, []traits.Trait{
 		{Key: traits.Partition, Value: traits.PartitionerValue}, {Key: traits.Partitioner, Value: 1 << 40}})
 	require.ErrorIs(t, err, ErrInvalidTrait)
 	require.ErrorContains(t, err, "not a live partitioner")
-	p, err := NewPartitioner(PartitionDynamic, func(*MemPartition) {}, nil)
+	p, err := partition.New(partition.Dynamic, func(*partition.MemPartition) {}, nil)
 	require.NoError(t, err)
 	_, err = NewFromTraits(memspace.Default, []traits.Trait{{Key: traits.Pinned, Value: traits.True},
 		{Key: traits.Partition, Value: traits.PartitionerValue}, {Key: traits.Partitioner, Value: p.Handle()}})
 	require.ErrorIs(t, err, ErrNotSupported)
 	require.NoError(t, p.Destroy(), "a refused allocator does not hold the partitioner")
-	var mp MemPartition
+	var mp partition.MemPartition
 	require.ErrorContains(t, mp.SetPart(0, 0, 1), "before omp_init_mempartition")
 	require.Error(t, mp.Init(0, 0))
 }

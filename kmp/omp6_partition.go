@@ -1,7 +1,7 @@
 package kmp
 
 import (
-	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/partition"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -18,21 +18,24 @@ var _ = [1]struct{}{}[AtkPartitionerArg-TraitKey(traits.PartitionerArg)]
 var _ = [1]struct{}{}[AtvPartitioner-traits.PartitionerValue]
 
 // MempartitionerLifetime is omp_mempartitioner_lifetime_t.
-type MempartitionerLifetime = alloc.PartitionerLifetime
+type MempartitionerLifetime = partition.Lifetime
 
 // The lifetimes of a computed partition.
 const (
-	StaticMempartition    = alloc.PartitionStatic    // omp_static_mempartition
-	AllocatorMempartition = alloc.PartitionAllocator // omp_allocator_mempartition
-	DynamicMempartition   = alloc.PartitionDynamic   // omp_dynamic_mempartition
+	StaticMempartition    = partition.Static       // omp_static_mempartition
+	AllocatorMempartition = partition.PerAllocator // omp_allocator_mempartition
+	DynamicMempartition   = partition.Dynamic      // omp_dynamic_mempartition
 )
 
 // MempartitionerHandle is omp_mempartitioner_t: the value of an
 // allocator's AtkPartitioner trait. 0 is none.
 type MempartitionerHandle uintptr
 
-// Mempartition is omp_mempartition_t, the object a compute routine fills.
-type Mempartition = alloc.MemPartition
+// Mempartition is omp_mempartition_t, the object a compute routine fills:
+// its methods Size, Memspace, NumResources and Arg say what to cut, Init
+// and SetPart (or InitMempartition and MempartitionSetPart) fill it, and
+// UserData (MempartitionGetUserData) is what Init stored.
+type Mempartition = partition.MemPartition
 
 // InitMempartitioner is omp_init_mempartitioner. compute is called with
 // the partition to fill (InitMempartition, then MempartitionSetPart for
@@ -40,7 +43,7 @@ type Mempartition = alloc.MemPartition
 // may be nil, when the partition's lifetime ends. A bad argument is a
 // warning and 0.
 func InitMempartitioner(lifetime MempartitionerLifetime, compute, release func(*Mempartition)) MempartitionerHandle {
-	p, err := alloc.NewPartitioner(lifetime, compute, release)
+	p, err := partition.New(lifetime, compute, release)
 	if err != nil {
 		warnf("omp_init_mempartitioner: %v", err)
 		return 0
@@ -51,7 +54,7 @@ func InitMempartitioner(lifetime MempartitionerLifetime, compute, release func(*
 // DestroyMempartitioner is omp_destroy_mempartitioner. Destroying one that
 // live allocators use is a warning and changes nothing.
 func DestroyMempartitioner(h MempartitionerHandle) {
-	p, ok := alloc.LookupPartitioner(uintptr(h))
+	p, ok := partition.Lookup(uintptr(h))
 	if !ok {
 		warnf("omp_destroy_mempartitioner: %#x is not a live partitioner", uintptr(h))
 		return

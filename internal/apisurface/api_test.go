@@ -20,7 +20,7 @@ import (
 // and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
-const maxPublicNames = 526
+const maxPublicNames = 500
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under
@@ -248,6 +248,9 @@ func TestNoPlumbingExported(t *testing.T) {
 		{"alloc", "PoolStats"}, {"alloc", "NodePoolStats"}, {"alloc", "PinnedPools"},
 		{"alloc", "PinnedPool"}, {"alloc", "Allocator.SharedPool"},
 		{"alloc", "TrimPinnedPool"}, {"alloc", "Allocator.TrimSharedPool"},
+		{"memspace", "Kind"}, {"memspace", "KindHost"}, {"memspace", "Nodes"}, {"memspace", "FirstRuntime"},
+		// Partitioners: kmp's door only.
+		{"alloc", "NewPartitioner"}, {"alloc", "MemPartition"}, {"alloc", "Partitioner"},
 	} {
 		require.False(t, pkgs[gone.pkg][gone.name], "%s.%s is exported", gone.pkg, gone.name)
 	}

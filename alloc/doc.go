@@ -19,11 +19,12 @@
 // Slices: Make returns a zeroed []T of plain-data T; FreeSlice frees it
 // (and refuses a slice re-sliced from further in, grown by append, or from
 // another allocator); Resize grows or shrinks it, where it lies when the
-// block has room; InspectSlice says whose it is, its size and whether it is
-// pinned. NewBuffer wraps a slice with a warning if it is dropped unfreed.
+// block has room; InspectSlice says whose it is and its size (whether it is
+// pinned is target.IsPinned's answer, the one question for every way to
+// pin). NewBuffer wraps a slice with a warning if it is dropped unfreed.
 //
-// Byte buffers for libraries that take an allocator: Bytes returns a value
-// with the method set of Apache Arrow Go's memory.Allocator (Allocate,
+// Byte buffers for libraries that take an allocator: NewArrowAllocator
+// returns an ArrowAllocator, a value with the method set of Apache Arrow Go's memory.Allocator (Allocate,
 // Reallocate, Free), so Arrow builders, readers and kernels allocate in
 // ompalloc memory without either module importing the other. gonum
 // (mat.NewDense over a Make[float64] slice) and gorgonia
@@ -33,6 +34,12 @@
 // Raw memory: Alloc, Calloc, AlignedAlloc, Realloc and Free work on
 // unsafe.Pointer as omp_alloc and friends do, and Inspect describes a
 // block.
+//
+// Pinned memory has three doors, one per job: a pinned allocator
+// (WithPinned) allocates it; target.Pin pins a slice the program already
+// has; target.Device.LockMem pins C memory (kmp.TargetLockMem is its omp.h
+// mirror). target.IsPinned answers for all three. ReadPinnedStats reports
+// the pinned pools, and Trim gives their idle memory back.
 //
 // Errors are wrapped sentinels: test them with errors.Is (ErrPoolExhausted,
 // ErrPinFailed, ErrOutOfMemory, ErrInvalidPointer, ErrDoubleFree, ...).

@@ -11,7 +11,7 @@ import (
 )
 
 // arrowAllocator is Apache Arrow Go's memory.Allocator, declared here with the
-// same method set: alloc.Bytes satisfies it, so it plugs into Arrow
+// same method set: alloc.ArrowAllocator satisfies it, so it plugs into Arrow
 // (array.NewFloat64Builder(alloc.NewArrowAllocator(a)), ipc.WithAllocator, ...)
 // without this module importing Arrow.
 type arrowAllocator interface {

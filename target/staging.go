@@ -18,7 +18,7 @@ type StagingConfig struct {
 }
 
 // DefaultStagingConfig returns the configuration a device starts with
-// (unless envvar.StagingThreshold or envvar.StagingPool say otherwise): stage copies
+// (unless OMPALLOC_STAGING_THRESHOLD or OMPALLOC_STAGING_POOL say otherwise): stage copies
 // up to 64 KiB (the sizes where a driver's own pageable path costs most
 // relative to the copy), keep up to 4 MiB of free buffers per device. A
 // function, not a variable, so that no program can change every later

@@ -6,9 +6,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/numa/numatest"
 )
 
 func TestPCINode(t *testing.T) {
+	roots := map[string]string{"testdata/none": "testdata/none"}
+	for _, f := range []string{"testdata/two-socket", "testdata/single"} {
+		roots[f] = numatest.PCIRoot(t, f) // the fixtures' bus ids without ':' (numatest)
+	}
 	cases := []struct {
 		root, id string
 		node     int
@@ -27,7 +32,7 @@ func TestPCINode(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.root+"/"+c.id, func(t *testing.T) {
-			n, ok := numa.PCINode(c.root, c.id)
+			n, ok := numa.PCINode(roots[c.root], c.id)
 			require.Equal(t, c.ok, ok)
 			require.Equal(t, c.node, n)
 		})

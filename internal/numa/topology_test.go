@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/numa/numatest"
 )
 
 const gib = 1 << 30
@@ -274,7 +275,7 @@ func TestReadGuestSysfs(t *testing.T) {
 	require.Contains(t, tr.LargeCapWhy, "node 3: memory-only, HMAT read bandwidth 20480 MB/s < 102400 MB/s")
 	require.Equal(t, 2, top.Nearest(0, []int{2, 3}))
 	require.Equal(t, 3, top.Nearest(1, []int{2, 3}))
-	n, ok := numa.PCINode(root, "0000:81:00.0")
+	n, ok := numa.PCINode(numatest.PCIRoot(t, root), "0000:81:00.0") // the bus ids without ':' (numatest)
 	require.True(t, ok)
 	require.Equal(t, 1, n, "the PCIe device behind node 1's host bridge")
 }

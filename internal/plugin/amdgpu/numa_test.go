@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/numa/numatest"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
@@ -18,7 +19,7 @@ func TestDeviceNUMANode(t *testing.T) {
 	needFake(t)
 	const name = "TestDeviceNUMANode"
 	if os.Getenv(childEnv) == name {
-		sysRoot = "../../numa/testdata/two-socket"
+		sysRoot = numatest.PCIRoot(t, "../../numa/testdata/two-socket")
 		var got []string
 		for _, d := range fakeDevices(t) {
 			got = append(got, strconv.Itoa(d.Info().NUMANode))

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/numa/numatest"
 )
 
 // A device's NUMA node is its PCI slot's, from cuDeviceGetPCIBusId and
@@ -28,7 +30,7 @@ func TestDeviceNUMANode(t *testing.T) {
 
 func TestDeviceNUMANodeChild(t *testing.T) {
 	inChild(t)
-	sysRoot = "../../numa/testdata/two-socket"
+	sysRoot = numatest.PCIRoot(t, "../../numa/testdata/two-socket")
 	p := newPlugin(defaultDriver)
 	require.NoError(t, p.Init())
 	var got []string

@@ -49,7 +49,7 @@ func TestPredefinedAllocatorsServeHostMemory(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, uintptr(p)%16)
 			fill(p, 100, 0xab)
-			o, err := Owner(p)
+			o, err := ownerOf(p)
 			require.NoError(t, err)
 			require.Same(t, a, o)
 			require.NoError(t, Free(p))
@@ -185,7 +185,7 @@ func TestPoolSizeIsAQuotaOnFootprint(t *testing.T) {
 				require.ErrorContains(t, err, "2097152")
 			} else {
 				require.NoError(t, err)
-				o, err := Owner(p2)
+				o, err := ownerOf(p2)
 				require.NoError(t, err)
 				require.Equal(t, defaultMem, o.Handle(), "the second block came from omp_default_mem_alloc")
 				require.NoError(t, Free(p2))
@@ -214,7 +214,7 @@ func TestAllocatorFallbackChain(t *testing.T) {
 	}{{100, first}, {2000, mid}, {20000, last}} {
 		p, err := first.Alloc(tc.size)
 		require.NoError(t, err)
-		o, err := Owner(p)
+		o, err := ownerOf(p)
 		require.NoError(t, err)
 		require.Same(t, tc.want, o, "size %d", tc.size)
 		require.NoError(t, first.Free(p))
@@ -243,15 +243,15 @@ func TestRealloc(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, allIs(q, 100, 7))
 	require.Zero(t, uintptr(q)%256)
-	o, _ := Owner(q)
+	o, _ := ownerOf(q)
 	require.Same(t, b, o)
 	require.ErrorIs(t, Free(p), ErrDoubleFree, "realloc freed the old block")
 	r, err := Realloc(q, 10, nil) // shrink within its own allocator
 	require.NoError(t, err)
 	require.True(t, allIs(r, 10, 7))
-	o, _ = Owner(r)
+	o, _ = ownerOf(r)
 	require.Same(t, b, o)
-	n, err := BlockSize(r)
+	n, err := blockSize(r)
 	require.NoError(t, err)
 	require.Equal(t, uintptr(10), n)
 
@@ -513,7 +513,7 @@ func TestReallocInPlace(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.inPlace, q == p, "in place")
 			require.True(t, allIs(q, min(tc.from, tc.to), 3))
-			n, err := BlockSize(q)
+			n, err := blockSize(q)
 			require.NoError(t, err)
 			require.Equal(t, tc.to, n)
 			if tc.inPlace {
@@ -556,7 +556,7 @@ func TestHandleLimit(t *testing.T) {
 	require.Equal(t, maxHandle, a.Handle())
 	p, err := a.Alloc(100) // a small block: the owner fits its header
 	require.NoError(t, err)
-	o, err := Owner(p)
+	o, err := ownerOf(p)
 	require.NoError(t, err)
 	require.Same(t, a, o)
 	require.NoError(t, Free(p))

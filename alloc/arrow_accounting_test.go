@@ -91,7 +91,7 @@ func TestArrowAllocatorOverAnInterface(t *testing.T) {
 	w := &wrapped{Interface: a}
 	mem := NewArrowAllocator(w)
 	x := mem.Allocate(1000)
-	require.Zero(t, uintptr(unsafe.Pointer(&x[0]))%ByteAlignment)
+	require.Zero(t, uintptr(unsafe.Pointer(&x[0]))%arrowAlignment)
 	require.Equal(t, make([]byte, 1000), x)
 	for i := range x {
 		x[i] = byte(i)

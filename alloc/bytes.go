@@ -7,10 +7,10 @@ import (
 	"unsafe"
 )
 
-// ByteAlignment is the alignment of every slice a ArrowAllocator returns, at
+// arrowAlignment is the alignment of every slice an ArrowAllocator returns, at
 // least: Arrow's buffers assume 64 bytes (one cache line, an AVX-512
 // vector). An allocator aligned more strictly keeps its own alignment.
-const ByteAlignment = 64
+const arrowAlignment = 64
 
 // ArrowAllocator hands out []byte in an allocator's memory. Its method set is
 // that of Apache Arrow Go's memory.Allocator, so a value plugs into every
@@ -21,7 +21,8 @@ const ByteAlignment = 64
 //	b := array.NewFloat64Builder(mem)
 //
 // As Arrow's own allocators do, it returns zeroed memory, len == size
-// (and cap == len), aligned to ByteAlignment; Allocate(0) is a valid empty
+// (and cap == len), aligned to 64 bytes at least (what Arrow's buffers
+// assume: a cache line, an AVX-512 vector); Allocate(0) is a valid empty
 // slice; Free takes anything Allocate or Reallocate returned, also
 // re-sliced to length 0 (a slice that starts where the block does).
 // Reallocate keeps the block where it lies when it has room, else moves it;
@@ -96,7 +97,7 @@ func (b ArrowAllocator) Allocate(size int) []byte {
 	if b.other != nil {
 		return b.allocateOther(size)
 	}
-	p, err := b.a.AlignedCalloc(ByteAlignment, uintptr(size), 1)
+	p, err := b.a.AlignedCalloc(arrowAlignment, uintptr(size), 1)
 	if err == nil && p == nil {
 		err = fmt.Errorf("AlignedCalloc returned no memory and no error: %w", ErrNotSupported)
 	}
@@ -134,7 +135,7 @@ func (b ArrowAllocator) Reallocate(size int, buf []byte) []byte {
 	if err != nil {
 		panic(failOwned(err))
 	}
-	moved := uintptr(size) > info.Room || uintptr(p)%ByteAlignment != 0
+	moved := uintptr(size) > info.Room || uintptr(p)%arrowAlignment != 0
 	if !moved {
 		ok, err := resizeInPlace(p, uintptr(size))
 		if err != nil {
@@ -213,7 +214,7 @@ func failOwned(err error) error { return fmt.Errorf("ompalloc: alloc: %w", err) 
 
 // allocateOther is Allocate through an Interface that is not an *Allocator.
 func (b ArrowAllocator) allocateOther(size int) []byte {
-	p, err := b.other.AlignedAlloc(ByteAlignment, uintptr(size))
+	p, err := b.other.AlignedAlloc(arrowAlignment, uintptr(size))
 	if err == nil && p == nil {
 		err = fmt.Errorf("AlignedAlloc returned no memory and no error: %w", ErrOutOfMemory)
 	}

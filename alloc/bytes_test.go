@@ -85,7 +85,7 @@ func TestBytesAllocate(t *testing.T) {
 			b := mem.Allocate(size)
 			require.Len(t, b, size)
 			require.Equal(t, size, cap(b))
-			require.Zero(t, dataOf(b)%ByteAlignment, "64-byte aligned")
+			require.Zero(t, dataOf(b)%arrowAlignment, "64-byte aligned")
 			require.Equal(t, -1, indexNonZero(b), "zeroed")
 			st := a.Stats()
 			require.Equal(t, int64(1), st.BlocksLive)
@@ -143,7 +143,7 @@ func TestBytesReallocateInPlaceWhenRoom(t *testing.T) {
 
 			c := mem.Reallocate(room+1, b) // no room: moves
 			require.NotEqual(t, p, dataOf(c))
-			require.Zero(t, dataOf(c)%ByteAlignment)
+			require.Zero(t, dataOf(c)%arrowAlignment)
 			require.Len(t, c, room+1)
 			require.Equal(t, []byte{1, 1, 3, 3, 5, 5, 7, 7, 9, 9}, c[:10])
 			require.Equal(t, -1, indexNonZero(c[10:]))

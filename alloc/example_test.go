@@ -75,8 +75,8 @@ func ExampleWithFallback() {
 	lenient, _ := alloc.New(memspace.Default, alloc.WithPoolSize(1<<20), alloc.WithFallback(traits.DefaultMemFb))
 	defer lenient.Destroy()
 	p, err := lenient.Alloc(2 << 20)
-	owner, _ := alloc.Owner(p)
-	fmt.Println(err, owner, lenient.Stats().Fallbacks)
+	info, _ := alloc.Inspect(p)
+	fmt.Println(err, info.Allocator, lenient.Stats().Fallbacks)
 	alloc.Free(p)
 	// Output:
 	// true

@@ -149,7 +149,7 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 				case "default_mem_fb":
 					require.NoError(t, err)
 					usable(t, p, pt.size)
-					o, err := Owner(p)
+					o, err := ownerOf(p)
 					require.NoError(t, err)
 					require.Same(t, Default(), o, "served by omp_default_mem_alloc")
 					require.False(t, isPinned(t, p), "default memory is not pinned")
@@ -158,7 +158,7 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 				case "allocator_fb":
 					require.NoError(t, err)
 					usable(t, p, pt.size)
-					o, err := Owner(p)
+					o, err := ownerOf(p)
 					require.NoError(t, err)
 					require.Same(t, fbAlloc, o)
 					require.Equal(t, !pt.pinned, isPinned(t, p))
@@ -174,7 +174,7 @@ func TestFaultsObeyFallbacks(t *testing.T) {
 				require.NoError(t, err)
 				held[q] = true
 				usable(t, q, pt.size)
-				o, err := Owner(q)
+				o, err := ownerOf(q)
 				require.NoError(t, err)
 				require.Same(t, a, o)
 				require.Equal(t, pt.pinned, isPinned(t, q))

@@ -56,7 +56,7 @@ func FreeAfter(p unsafe.Pointer, q *target.Queue) error {
 	if !markDeferred(p) {
 		return fmt.Errorf("FreeAfter(%p): %w: its free already waits for a queue", p, ErrDoubleFree)
 	}
-	if err := q.FreeAfter(func() { completeDeferred(p) }); err != nil {
+	if err := q.OnDone(func() { completeDeferred(p) }); err != nil {
 		unmarkDeferred(p)
 		return fmt.Errorf("FreeAfter(%p): %w: %w", p, ErrDevice, err)
 	}

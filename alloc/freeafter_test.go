@@ -109,7 +109,7 @@ func TestFreeAfterChild(t *testing.T) {
 				back := make([]byte, n)
 				require.NoError(t, d.Retrieve(uintptr(unsafe.Pointer(&back[0])), dev, n, nil))
 				require.True(t, bytes.Equal(want, back), "the device got what the block held when the copy was submitted")
-				_, err := BlockSize(ptr(src))
+				_, err := blockSize(ptr(src))
 				require.ErrorIs(t, err, ErrDoubleFree, "freed once the copy completed")
 				require.NoError(t, Free(ptr(next)))
 			})
@@ -316,7 +316,7 @@ func TestFreeAfterCrossDeviceChild(t *testing.T) {
 	mine := fill(next, 2)
 	require.NoError(t, q.Synchronize())
 	require.True(t, bytes.Equal(mine, next), "the late copy on device 1 wrote into the next block")
-	_, err = BlockSize(ptr(dst))
+	_, err = blockSize(ptr(dst))
 	if &dst[0] != &next[0] {
 		require.ErrorIs(t, err, ErrDoubleFree, "freed once the copy completed")
 	}

@@ -42,9 +42,9 @@ func (m HugePageMode) String() string {
 	return fmt.Sprintf("HugePageMode(%d)", int32(m))
 }
 
-// ParseHugePageMode reads a mode as OMPALLOC_HUGEPAGES takes it: off, thp
+// parseHugePageMode reads a mode as OMPALLOC_HUGEPAGES takes it: off, thp
 // or hugetlb ("" is thp).
-func ParseHugePageMode(s string) (HugePageMode, error) {
+func parseHugePageMode(s string) (HugePageMode, error) {
 	switch s {
 	case "", "thp":
 		return HugePagesTHP, nil
@@ -70,7 +70,7 @@ func initHugeMode() { hugeModeOnce.Do(func() { hugeModeVal.Store(int32(hugeModeF
 // hugeModeFromEnv reads OMPALLOC_HUGEPAGES; a bad value warns and reads as thp.
 func hugeModeFromEnv() HugePageMode {
 	v, _ := envvar.Lookup(envvar.HugePages) // blank: unset, thp
-	m, err := ParseHugePageMode(v)
+	m, err := parseHugePageMode(v)
 	if err != nil {
 		warn.Emit(warn.Env, "alloc", fmt.Sprintf("%s=%q: %v; using thp", envvar.HugePages, v, err), err)
 		return HugePagesTHP

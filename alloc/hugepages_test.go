@@ -34,7 +34,7 @@ func TestParseHugePageMode(t *testing.T) {
 		{"HUGETLB", 0, `"HUGETLB" is not a huge page mode`},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			m, err := ParseHugePageMode(tc.in)
+			m, err := parseHugePageMode(tc.in)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return

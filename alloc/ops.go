@@ -140,7 +140,7 @@ func (a *Allocator) record(p, size uintptr) {
 		if x := owner(b.Owner); x != nil {
 			o = x
 		}
-	} else if x, err := Owner(cmem.Ptr(p)); err == nil && x != nil {
+	} else if x, err := ownerOf(cmem.Ptr(p)); err == nil && x != nil {
 		o = x
 	}
 	memsample.Record(p, size, memsample.Labels{Allocator: o.String(), Memspace: o.ms.String(), Pinned: o.traits.Pinned}, 1)
@@ -433,15 +433,15 @@ func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, erro
 	return np, nil
 }
 
-// BlockSize returns the requested size of the live block at p, from a heap
+// blockSize returns the requested size of the live block at p, from a heap
 // or from a target memory space (Inspect tells more).
-func BlockSize(p unsafe.Pointer) (uintptr, error) {
+func blockSize(p unsafe.Pointer) (uintptr, error) {
 	info, err := Inspect(p)
 	return info.Size, err
 }
 
-// Owner returns the allocator of the live block at p.
-func Owner(p unsafe.Pointer) (*Allocator, error) {
+// ownerOf returns the allocator of the live block at p (Inspect's Allocator).
+func ownerOf(p unsafe.Pointer) (*Allocator, error) {
 	info, err := Inspect(p)
 	return info.Allocator, err
 }

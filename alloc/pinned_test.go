@@ -174,7 +174,7 @@ func TestPinnedChild(t *testing.T) {
 	q, err := defFb.Calloc(n/8, 8)
 	require.NoError(t, err, "default_mem_fb gives unpinned memory")
 	require.Equal(t, make([]byte, n), unsafe.Slice((*byte)(q), n))
-	o, err := Owner(q)
+	o, err := ownerOf(q)
 	require.NoError(t, err)
 	require.Equal(t, defaultMem, o.Handle())
 	require.False(t, isPinned(t, q))

@@ -280,7 +280,8 @@ func checkBounds(which string, base, off, n uintptr, dev int) error {
 // knownRange returns the memory the runtime knows that holds base
 // ([start, start+size)), and what that memory is.
 func knownRange(base uintptr, dev int) (start, size uintptr, what string, ok bool) {
-	if n, err := alloc.BlockSize(cmem.Ptr(base)); err == nil {
+	if info, err := alloc.Inspect(cmem.Ptr(base)); err == nil {
+		n := info.Size
 		return base, n, "the allocator block", true
 	}
 	if start, n, ok := alloc.Containing(cmem.Ptr(base)); ok {

@@ -155,7 +155,7 @@ func Plugins() []DriverStatus { return append([]DriverStatus(nil), get().plugins
 // with their device, and forgotten: the devices discovered next start with
 // empty registries.
 func Shutdown() error {
-	syncQueues() // frees waiting on a queue (FreeAfter) happen before the hooks
+	syncQueues() // frees waiting on a queue (alloc.FreeAfter, Queue.OnDone) happen before the hooks
 	runShutdownHooks()
 	holdFns.Store(true)
 	defer runHeldFns() // after the locks below are let go

@@ -56,10 +56,10 @@ func TestFreeAfterUse(t *testing.T) {
 	require.False(t, hostInUse())
 }
 
-// Queue.FreeAfter runs its function once the work issued before it is done,
+// Queue.OnDone runs its function once the work issued before it is done,
 // from the Query or Synchronize that finds it so, or at once when the queue
 // is idle; it refuses a nil function and a closed queue.
-func TestQueueFreeAfter(t *testing.T) {
+func TestQueueOnDone(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 4096
 	dev, err := d.Alloc(MemDevice, n)
@@ -69,12 +69,12 @@ func TestQueueFreeAfter(t *testing.T) {
 	require.NoError(t, err)
 
 	var ran atomic.Int32
-	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 	require.Equal(t, int32(1), ran.Load(), "an idle queue frees at once")
 
 	f.holdWork()
 	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
-	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 	done, err := q.Query()
 	require.NoError(t, err)
 	require.False(t, done)
@@ -83,9 +83,9 @@ func TestQueueFreeAfter(t *testing.T) {
 	waitIdle(t, q)
 	require.Equal(t, int32(2), ran.Load(), "the Query that found the queue done ran it")
 
-	require.ErrorIs(t, q.FreeAfter(nil), ErrInvalidArgument)
+	require.ErrorIs(t, q.OnDone(nil), ErrInvalidArgument)
 	require.NoError(t, q.Close())
-	require.ErrorIs(t, q.FreeAfter(func() { ran.Add(1) }), ErrQueueClosed)
+	require.ErrorIs(t, q.OnDone(func() { ran.Add(1) }), ErrQueueClosed)
 	require.Equal(t, int32(2), ran.Load())
 }
 
@@ -102,7 +102,7 @@ func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 	f.holdWork()
 	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
 	var ran atomic.Int32
-	require.NoError(t, q.FreeAfter(func() {
+	require.NoError(t, q.OnDone(func() {
 		_ = NumDevices() // takes the world's lock, as a chunk's unlock does
 		ran.Add(1)
 	}))
@@ -123,11 +123,11 @@ func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 	require.Equal(t, int32(1), ran.Load())
 }
 
-// A FreeAfter whose immediate query fails has still taken the function: it
+// An OnDone whose immediate query fails has still taken the function: it
 // returns nil (an error would tell the caller to free the block itself, and
 // the queue would free it a second time, perhaps under a new owner) and the
 // function runs once, at the Synchronize that finds the work done.
-func TestQueueFreeAfterQueryFails(t *testing.T) {
+func TestQueueOnDoneQueryFails(t *testing.T) {
 	f, d := withFake(t, 0)
 	const n = 4096
 	dev, err := d.Alloc(MemDevice, n)
@@ -143,7 +143,7 @@ func TestQueueFreeAfterQueryFails(t *testing.T) {
 	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
 	f.failQuery.Store(true)
 	t.Cleanup(func() { f.failQuery.Store(false) })
-	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }), "taken: the failed query is no error of FreeAfter's")
+	require.NoError(t, q.OnDone(func() { ran.Add(1) }), "taken: the failed query is no error of OnDone's")
 	require.Zero(t, ran.Load())
 	f.failQuery.Store(false)
 	f.release()
@@ -152,7 +152,7 @@ func TestQueueFreeAfterQueryFails(t *testing.T) {
 
 	// Idle queue, failing query: still taken, run by the next Synchronize.
 	f.failQuery.Store(true)
-	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 	f.failQuery.Store(false)
 	require.NoError(t, q.Synchronize())
 	require.Equal(t, int32(2), ran.Load())

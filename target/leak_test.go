@@ -16,7 +16,7 @@ func leaks() []string {
 	for _, d := range Devices() {
 		if n := d.Registry().Len(); n != 0 {
 			var sb strings.Builder
-			d.Registry().Dump(&sb)
+			d.Registry().r.Dump(&sb)
 			msgs = append(msgs, fmt.Sprintf("device %d: %d registry entries still held:\n%s", d.ID, n, sb.String()))
 		}
 		if st := d.StagingStats(); st.InUseBytes != 0 {

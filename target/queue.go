@@ -64,7 +64,7 @@ func (q *Queue) markDone(n uint64) {
 // pending is something released once the copies issued before it finish.
 // It is the one mechanism of stream-ordered release: staging buffers,
 // transfer locks, the host ranges of pinned copies in flight (which a free
-// waits for) and the functions FreeAfter runs all wait in it.
+// waits for) and the functions OnDone runs all wait in it.
 type pending struct {
 	seq    uint64
 	buf    stagingBuf // a staging buffer to recycle, if buf.p != 0
@@ -249,7 +249,7 @@ func (q *Queue) takeLocked(limit uint64) []pending {
 // all the same (cuStreamDestroy returns at once and releases the stream
 // once its work completed) but keeps what that work uses — staging
 // buffers, transfer locks, the host ranges of pinned copies (a free of
-// them waits) and the functions FreeAfter deferred — and returns the wait's
+// them waits) and the functions OnDone deferred — and returns the wait's
 // error with ErrWorkPending. A later Close waits again and releases them
 // once the work is known done (nil then); Shutdown releases them once the
 // device is closed. Closing a queue that holds nothing is a no-op.
@@ -355,7 +355,7 @@ func (q *Queue) releaseHeld() {
 
 // release returns staging buffers to the pool, unlocks host buffers locked
 // for transfers, forgets the host ranges of completed copies and runs what
-// FreeAfter deferred, in the order they were handed over.
+// OnDone deferred, in the order they were handed over.
 func (d *Device) release(done []pending) {
 	for _, p := range done {
 		if p.buf.p != 0 {
@@ -374,25 +374,26 @@ func (d *Device) release(done []pending) {
 	}
 }
 
-// FreeAfter runs free once all work issued on q so far has completed: the
-// stream-ordered release of CUDA's cuMemFreeAsync and PyTorch's
-// record_stream. It runs at the Synchronize, Query or Close that finds that
-// work done, or before FreeAfter returns when it already is; never from a
-// driver thread. alloc.FreeAfter frees a block this way.
+// OnDone runs fn once all work issued on q so far has completed: the
+// moment of CUDA's cuLaunchHostFunc, which stream-ordered releases need
+// (cuMemFreeAsync, PyTorch's record_stream). It runs at the Synchronize,
+// Query or Close that finds that work done, or before OnDone returns when
+// it already is; never from a driver thread. alloc.FreeAfter frees a block
+// this way, and Array.FreeOn an array.
 //
-// An error (a nil function, a closed queue) means free was not taken and
-// will never run. Once taken, free is the queue's: FreeAfter then returns
-// nil even when the driver fails the query that would have run it at once
+// An error (a nil function, a closed queue) means fn was not taken and
+// will never run. Once taken, fn is the queue's: OnDone then returns nil
+// even when the driver fails the query that would have run it at once
 // (the error comes back from the next Synchronize), since a caller told
 // "error" would free the block itself and the queue would free it again.
-func (q *Queue) FreeAfter(free func()) error {
+func (q *Queue) OnDone(free func()) error {
 	if free == nil {
-		return fmt.Errorf("free after: a nil function: %w", ErrInvalidArgument)
+		return fmt.Errorf("on done: a nil function: %w", ErrInvalidArgument)
 	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return fmt.Errorf("free after: %w", ErrQueueClosed)
+		return fmt.Errorf("on done: %w", ErrQueueClosed)
 	}
 	q.appendLocked(pending{fn: free})
 	// Often the work is done already: then free now, one driver query. A

@@ -35,7 +35,7 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 	require.Greater(t, d.StagingStats().InUseBytes, inUse, "a staging buffer in use")
 	require.NoError(t, d.Retrieve(h, dev, n, q), "the one-step pinned path: the copy writes h late")
 	var ran, freed atomic.Int32
-	require.NoError(t, q.FreeAfter(func() { ran.Add(1) }))
+	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 
 	f.failSync.Store(true)
 	t.Cleanup(func() { f.failSync.Store(false) })

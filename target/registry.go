@@ -1,8 +1,6 @@
 package target
 
 import (
-	"io"
-
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/pinned"
 )
@@ -43,6 +41,3 @@ func (v Registry) Stats() pinned.Stats { return v.r.Stats() }
 // Each calls f with every entry, in address order, until f returns false.
 // f must not call the registry or lock or unlock on the device.
 func (v Registry) Each(f func(pinned.EntryInfo) bool) { v.r.Each(f) }
-
-// Dump writes one line per entry, in address order.
-func (v Registry) Dump(w io.Writer) { v.r.Dump(w) }

@@ -299,7 +299,7 @@ func (d *Device) Submit(dst, src, n uintptr, q *Queue) error {
 		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{})
 	}
 	if d.pinned(src, n) {
-		// The copy reads src late: a free of it waits for the copy (FreeAfter).
+		// The copy reads src late: a free of it waits for the copy (alloc.FreeAfter).
 		return d.copy(dst, src, n, plugin.HostToDevice, q, pending{use: hostRange{src, n}})
 	}
 	if q != nil && n <= d.pool.threshold() {

@@ -72,7 +72,7 @@ func poolArray[T any](d *Device, n int, sz uintptr, q *Queue) (Array[T], error) 
 // once, other queues' once that work completed, and work other queues
 // recorded on it (their copies, RecordUse) is waited for as well. Other
 // memory is freed once q's work issued so far has completed
-// (Queue.FreeAfter; a failure of that later free is not reported).
+// (Queue.OnDone; a failure of that later free is not reported).
 func (a Array[T]) FreeOn(q *Queue) error {
 	if a.m.Device == nil {
 		return fmt.Errorf("free of a zero Array: %w", ErrInvalidArgument)
@@ -84,7 +84,7 @@ func (a Array[T]) FreeOn(q *Queue) error {
 		return a.m.Device.PoolFree(a.m.Addr, q)
 	}
 	m := a.m
-	return q.FreeAfter(func() { _ = m.Free() })
+	return q.OnDone(func() { _ = m.Free() })
 }
 
 // ArrayOf views m as an Array of T. Its size must be a whole number of
@@ -282,7 +282,7 @@ func (h hostHold) done(q *Queue, err error) {
 }
 
 // after runs fn once the work issued on q so far has completed, like
-// FreeAfter but without asking the driver now: the copy just issued is
+// OnDone but without asking the driver now: the copy just issued is
 // rarely done yet.
 func (q *Queue) after(fn func()) error {
 	q.mu.Lock()

@@ -62,8 +62,8 @@ func report() {
 		a, kmp.GetDefaultAllocator(), a.Memspace(), a.Traits())
 	// omp_null_allocator means "the default allocator".
 	p := kmp.Alloc(100, kmp.NullAllocator)
-	if owner, err := alloc.Owner(p); err == nil {
-		fmt.Printf("omp_alloc(100, omp_null_allocator) came from %v\n", owner)
+	if info, err := alloc.Inspect(p); err == nil {
+		fmt.Printf("omp_alloc(100, omp_null_allocator) came from %v\n", info.Allocator)
 	}
 	kmp.Free(p, kmp.NullAllocator)
 }

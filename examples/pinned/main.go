@@ -59,8 +59,8 @@ func main() {
 			log.Fatal(err)
 		}
 		from := "pinned"
-		if owner, err := alloc.Owner(p); err == nil && owner != a {
-			from = "fallback: " + owner.String() // the pool is full
+		if info, err := alloc.Inspect(p); err == nil && info.Allocator != a {
+			from = "fallback: " + info.Allocator.String() // the pool is full
 		}
 		fmt.Printf("block %d: 1 MiB, 4 KiB aligned: %v, %s\n", i, uintptr(p)%4096 == 0, from)
 		blocks = append(blocks, p)

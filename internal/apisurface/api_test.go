@@ -20,7 +20,7 @@ import (
 // and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
-const maxPublicNames = 500
+const maxPublicNames = 495
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under
@@ -251,6 +251,8 @@ func TestNoPlumbingExported(t *testing.T) {
 		{"memspace", "Kind"}, {"memspace", "KindHost"}, {"memspace", "Nodes"}, {"memspace", "FirstRuntime"},
 		// Partitioners: kmp's door only.
 		{"alloc", "NewPartitioner"}, {"alloc", "MemPartition"}, {"alloc", "Partitioner"},
+		// One question about a block: Inspect.
+		{"alloc", "Owner"}, {"alloc", "BlockSize"}, {"target", "Registry.Dump"},
 	} {
 		require.False(t, pkgs[gone.pkg][gone.name], "%s.%s is exported", gone.pkg, gone.name)
 	}

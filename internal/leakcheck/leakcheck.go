@@ -132,7 +132,10 @@ func (b Baseline) Check() error {
 	for _, d := range target.Devices() {
 		if n := d.Registry().Len(); n != 0 {
 			var sb strings.Builder
-			d.Registry().Dump(&sb)
+			d.Registry().Each(func(e pinned.EntryInfo) bool {
+				fmt.Fprintf(&sb, "  [%#x, %#x) %v refs=%d mapped=%d\n", e.Host, e.Host+e.Size, e.Kind, e.Refs, e.MappedRefs)
+				return true
+			})
 			msgs = append(msgs, fmt.Sprintf("device %d: %d registry entries still held:\n%s", d.ID, n, sb.String()))
 		}
 		if st := d.StagingStats(); st.InUseBytes != 0 {

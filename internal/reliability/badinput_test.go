@@ -94,10 +94,10 @@ func (w *world) intact(t *testing.T) {
 	t.Helper()
 	for i, s := range w.blocks {
 		require.True(t, holds(bytesAt(s.p, s.size), s.seed), "sentinel block %d was changed", i)
-		n, err := alloc.BlockSize(s.p)
+		n, err := allocBlockSize(s.p)
 		require.NoError(t, err, "sentinel block %d", i)
 		require.Equal(t, s.size, n)
-		o, err := alloc.Owner(s.p)
+		o, err := allocOwner(s.p)
 		require.NoError(t, err)
 		require.Same(t, s.a, o)
 	}
@@ -238,9 +238,9 @@ func goAPICases() []badCase {
 		require.NoError(t, alloc.Default().Free(p))
 	})
 	add("BlockSize and Owner of a foreign pointer", func(t *testing.T, w *world) {
-		_, err := alloc.BlockSize(goPtr())
+		_, err := allocBlockSize(goPtr())
 		require.Error(t, err)
-		_, err = alloc.Owner(goPtr())
+		_, err = allocOwner(goPtr())
 		require.Error(t, err)
 	})
 

@@ -157,7 +157,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 				require.NoError(t, err)
 				pattern(bytesAt(p, 4096), 1)
 				require.False(t, registered(d0.Registry(), uintptr(p)), "fallback memory is not pinned")
-				o, err := alloc.Owner(p)
+				o, err := allocOwner(p)
 				require.NoError(t, err)
 				if fb == traits.AllocatorFb {
 					require.Same(t, plain, o)

@@ -261,7 +261,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 						return
 					}
 					if uintptr(p)%align != 0 {
-						if o, err := alloc.Owner(p); err == nil && o != sa.a && uintptr(p)%max(16, o.Traits().Alignment) == 0 {
+						if o, err := allocOwner(p); err == nil && o != sa.a && uintptr(p)%max(16, o.Traits().Alignment) == 0 {
 							// Served by the fallback with the fallback's own
 							// alignment: a known defect of alloc, reported.
 							counts.misaligned.Add(1)
@@ -269,7 +269,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 							report("alloc on %s: %p not aligned to %d", sa.name, p, align)
 						}
 					}
-					if o, err := alloc.Owner(p); err != nil {
+					if o, err := allocOwner(p); err != nil {
 						report("owner of a new block: %v", err)
 					} else if o != sa.a {
 						counts.fallbacks.Add(1) // served by the fallback

@@ -224,10 +224,13 @@ type Heap struct {
 	mapped  uintptr
 	closed  atomic.Bool
 
-	regions  map[*span]struct{} // every huge region held, for Stats (hugecache.go)
-	kept     atomic.Uintptr     // KeepHuge's budget handed out: central list, P caches and credits
-	keepHuge atomic.Uintptr     // cfg.KeepHuge, read without h.mu (0 once closed)
-	sizer    RegionSizer        // src's, when it sizes regions itself (nil: it does not)
+	regions   map[*span]struct{} // every huge region held, for Stats (hugecache.go)
+	kept      atomic.Uintptr     // KeepHuge's budget handed out: central list, P caches and credits
+	keepHuge  atomic.Uintptr     // cfg.KeepHuge, read without h.mu (0 once closed)
+	sizer     RegionSizer        // src's, when it sizes regions itself (nil: it does not)
+	draining  atomic.Bool        // drainCaches owns every P's regions: Ps leave them alone
+	drainMu   sync.Mutex         // one drainCaches or trim at a time
+	lastDrain atomic.Int64       // when drainCaches last ran (nanotime), to space them out
 
 	// Chunks and regions let go under mu, given back after it (giveback.go).
 	doomed    []doomedRange

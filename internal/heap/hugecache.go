@@ -47,6 +47,7 @@ package heap
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/ompalloc/ompalloc/internal/pcpu"
 )
@@ -137,7 +138,7 @@ func (h *Heap) allocRegionGuarded(size, align uintptr, owner uint32, zero bool, 
 	}
 	pid := pcpu.Pin()
 	cs, ts := *h.caches.Load(), *t.shards.Load()
-	if pid >= len(cs) || pid >= len(ts) || closed.Load() {
+	if pid >= len(cs) || pid >= len(ts) || closed.Load() || h.draining.Load() {
 		pcpu.Unpin()
 		return 0, 0, false, closed.Load()
 	}
@@ -237,7 +238,7 @@ func (h *Heap) freeHuge(pid int, s *span, b Block, t *Tally) {
 	// fresh caches (trim), and sync/atomic is sequentially consistent, so
 	// a section that loaded the fresh caches sees it set; a region is never
 	// cached where no trim will look again.
-	if pid >= len(cs) || h.closed.Load() {
+	if pid >= len(cs) || h.closed.Load() || h.draining.Load() {
 		counted := t == nil || countOut(pid, b, t)
 		pcpu.Unpin()
 		h.freeHugeCentral(s, b, t, counted, nil)
@@ -334,8 +335,79 @@ func (h *Heap) freeHugeCentral(s *span, b Block, t *Tally, counted bool, evicted
 	} else if len(evicted) > 0 {
 		h.huge = append(evicted[:len(evicted):len(evicted)], h.huge...)
 	}
+	if s != nil && h.othersHold(s.size) {
+		h.unlock()
+		h.drainCaches()
+		h.mu.Lock()
+	}
 	if s != nil {
 		h.keepOrFree(s)
+	}
+	h.unlock()
+}
+
+// othersHold reports whether keeping a region of n bytes needs KeepHuge
+// budget that only P caches hold (their regions and credit: a P keeps
+// its regions where only it looks, and the goroutine that freed them may
+// run on another P now), so that drainCaches should bring it back first
+// rather than the region just freed be released. At most one drain per
+// drainGap, so that Ps fighting over too small a budget do not stop the
+// world at every free. h.mu held.
+func (h *Heap) othersHold(n uintptr) bool {
+	keep := h.keepHuge.Load()
+	kept := h.kept.Load()
+	if n > keep || kept+n <= keep || h.closed.Load() {
+		return false
+	}
+	var central uintptr
+	for _, r := range h.huge {
+		central += r.size
+	}
+	last := h.lastDrain.Load() // 0: never
+	return kept > central && (last == 0 || nanotime()-last > drainGap)
+}
+
+// drainGap spaces drainCaches out (see othersHold).
+const drainGap = 10e6 // 10 ms
+
+// drainCaches moves every P's regions to the central list (as its oldest)
+// and gives their credit back, without a garbage collection: it sets
+// draining, which the pinned sections read before they touch a P's regions
+// (then they leave them alone and take the central path), and waits out a
+// grace period (pcpu.Quiesce), after which no section that missed the flag
+// is still running; the caches' regions are then its own until it clears
+// the flag, whose atomic store publishes what it wrote to the next section
+// that loads it. h.mu not held, not pinned.
+func (h *Heap) drainCaches() {
+	h.drainMu.Lock()
+	defer h.drainMu.Unlock()
+	h.lastDrain.Store(nanotime() | 1)
+	h.draining.Store(true)
+	defer h.draining.Store(false)
+	pcpu.Quiesce()
+	var moved []*span
+	var credit uintptr
+	for _, pc := range *h.caches.Load() {
+		var out [hugePerP]*span
+		pcpu.Pin() // guards are held only while pinned (see pcpu.Guard)
+		pc.guard.Lock()
+		n := copy(out[:], pc.regions[:pc.nregions])
+		credit += pc.credit
+		clear(pc.regions[:])
+		pc.nregions, pc.credit = 0, 0
+		pc.guard.Unlock()
+		pcpu.Unpin()
+		moved = append(moved, out[:n]...)
+	}
+	h.unreserveKept(credit)
+	h.mu.Lock()
+	if h.closed.Load() {
+		for _, r := range moved {
+			h.unreserveKept(r.size)
+			h.releaseHuge(r)
+		}
+	} else {
+		h.huge = append(moved, h.huge...)
 	}
 	h.unlock()
 }
@@ -397,3 +469,8 @@ func (h *Heap) idleHuge() (bytes uintptr, n int) {
 	}
 	return bytes, n
 }
+
+// nanotime is a monotonic clock reading in nanoseconds.
+func nanotime() int64 { return int64(time.Since(clockBase)) }
+
+var clockBase = time.Now()

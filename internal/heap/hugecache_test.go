@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,4 +304,53 @@ func TestFreeingPWithoutAllocsKeepsCentrally(t *testing.T) {
 	_, err = Free(q)
 	require.NoError(t, err)
 	require.Equal(t, []uintptr{p}, cachedRegions(h), "the P that served it keeps it now")
+}
+
+// A region kept by a P the goroutine no longer runs on must not hold
+// KeepHuge's budget for good: the goroutine's next free of a region,
+// refused room, drains the P caches (a grace period, no collection) and
+// keeps its own region centrally, where its next allocation finds it.
+// Without the drain the new region was released, and every pair on the
+// new P mapped and unmapped one (a 64 MiB buffer of the host heap, whose
+// KeepHuge is 64 MiB, after the goroutine moved once).
+func TestStrandedRegionDrained(t *testing.T) {
+	h := New(MapSource{}, Config{Name: t.Name(), KeepHuge: 16 << 20})
+	t.Cleanup(h.Close)
+	cs := *h.caches.Load()
+	if len(cs) < 2 {
+		t.Skip("needs two Ps")
+	}
+	a, _, err := h.Alloc(16<<20, 16, 1, false)
+	require.NoError(t, err)
+	_, err = Free(a)
+	require.NoError(t, err)
+	// The goroutine "moves": its P's region and credit go to another P's
+	// cache, as if it had freed there.
+	pid := pcpu.Pin()
+	mine, other := cs[pid], cs[(pid+1)%len(cs)]
+	mine.guard.Lock()
+	other.guard.Lock()
+	require.Equal(t, 1, mine.nregions, "the freeing P kept it")
+	other.regions[other.nregions] = mine.regions[0]
+	other.nregions++
+	other.credit += mine.credit
+	mine.regions[0], mine.nregions, mine.credit = nil, 0, 0
+	other.guard.Unlock()
+	mine.guard.Unlock()
+	pcpu.Unpin()
+	h.lastDrain.Store(0)
+
+	b, _, err := h.Alloc(16<<20, 16, 1, false)
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
+	_, err = Free(b)
+	require.NoError(t, err)
+	require.NotContains(t, cachedRegions(h), a, "the stranded region was drained")
+	h.mu.Lock()
+	central := slices.Clone(h.huge)
+	h.mu.Unlock()
+	kept := slices.ContainsFunc(central, func(s *span) bool { return s.base == b }) || slices.Contains(cachedRegions(h), b)
+	require.True(t, kept, "the region just freed is kept")
+	require.Equal(t, uintptr(16<<20), h.Stats().Retained)
+	require.Equal(t, uintptr(16<<20), h.Stats().Mapped, "the stranded one went back")
 }

@@ -182,7 +182,7 @@ func (h *Heap) allocLarge(size, align uintptr, owner uint32, zero bool, t *Tally
 	}
 	pid := pcpu.Pin()
 	cs := *h.caches.Load()
-	if pid >= len(cs) {
+	if pid >= len(cs) || h.draining.Load() {
 		pcpu.Unpin()
 		return h.allocLargeCounted(size, align, owner, zero, t)
 	}

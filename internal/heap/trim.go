@@ -21,6 +21,8 @@ func (h *Heap) Trim() uintptr {
 }
 
 func (h *Heap) trim() uintptr {
+	h.drainMu.Lock() // the old caches are ours alone, not drainCaches' too
+	defer h.drainMu.Unlock()
 	h.mu.Lock()
 	old := *h.caches.Load()
 	fresh := make([]*pcache, len(old))

@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
+	"github.com/ompalloc/ompalloc/internal/traitenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
-	"github.com/ompalloc/ompalloc/traits"
 )
 
 var envOnce sync.Once
@@ -30,7 +30,7 @@ func applyEnv() {
 }
 
 func fromEnv(v string) (*Allocator, error) {
-	spec, err := traits.ParseEnv(v)
+	spec, err := traitenv.ParseEnv(v)
 	if err != nil {
 		return nil, err
 	}

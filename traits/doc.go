@@ -1,10 +1,11 @@
-// Package traits validates OpenMP allocator traits and parses OMP_ALLOCATOR.
+// Package traits validates OpenMP allocator traits.
 //
 // Keys and values carry the numbers of LLVM's omp.h (OpenMP 6.0 numbering:
 // omp_atv_all is 19). FromList checks a trait list the way omp_init_allocator
 // must, and resolves it into a Set holding every trait, defaults included.
-// ParseEnv reads the OMP_ALLOCATOR syntax of OpenMP 5.1. Nothing here touches
-// memory; the allocation engine (package alloc) consumes a Set.
+// Key.ParseValue and Key.FormatValue read and write a value as
+// OMP_ALLOCATOR spells it. Nothing here touches memory; the allocation
+// engine (package alloc) consumes a Set.
 //
 // # Allowed values (OpenMP 6.0)
 //
@@ -33,7 +34,12 @@
 //
 // # OMP_ALLOCATOR
 //
-// See ParseEnv. Where LLVM skips a bad trait and keeps the rest, ParseEnv
-// rejects the whole value so that the caller prints one warning naming
-// OMP_ALLOCATOR and what was wrong, and keeps omp_default_mem_alloc.
+// Package alloc reads OMP_ALLOCATOR (OpenMP 5.1) at first use:
+//
+//	<predefined allocator> | <memory space> | <memory space>:<key>=<value>[,<key>=<value>...]
+//
+// with the keys sync_hint, alignment, access, pool_size, fallback, fb_data,
+// pinned and partition, values as ParseValue reads them. Where LLVM skips a
+// bad trait and keeps the rest, the whole value is rejected: one warning
+// names OMP_ALLOCATOR and what was wrong, and omp_default_mem_alloc stays.
 package traits

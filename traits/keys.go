@@ -112,9 +112,9 @@ func (k Key) String() string {
 	return fmt.Sprintf("Key(%d)", uintptr(k))
 }
 
-// keyByName finds a key by its short name ("alignment") or its omp.h name
+// KeyByName finds a key by its short name ("alignment") or its omp.h name
 // ("omp_atk_alignment"), ignoring case as OpenMP does for environment values.
-func keyByName(name string) (Key, bool) {
+func KeyByName(name string) (Key, bool) {
 	n := strings.TrimPrefix(asciiLower(name), "omp_atk_")
 	n = strings.Replace(n, "partioner", "partitioner", 1) // the 6.0 header's spelling
 	for k := SyncHint; k <= PartitionerArg; k++ {

@@ -332,8 +332,11 @@ func (s Set) String() string {
 	return strings.Join(parts, ",")
 }
 
-// formatValue writes v the way OMP_ALLOCATOR spells it for key k: a value
-// name, a decimal number, or an allocator name.
+// FormatValue writes v the way OMP_ALLOCATOR spells it for key k: a value
+// name ("interleaved"), a decimal number, an allocator name, or "default".
+func (k Key) FormatValue(v uintptr) string { return formatValue(k, v) }
+
+// formatValue is FormatValue.
 func formatValue(k Key, v uintptr) string {
 	if v == Default {
 		return "default"
@@ -360,4 +363,46 @@ func errorValue(k Key, v uintptr) string {
 		}
 	}
 	return text
+}
+
+// ParseValue reads a value of key k as OMP_ALLOCATOR spells it (compared
+// ignoring ASCII case): "default" for omp_atv_default, a value name
+// ("blocked", "null_fb", "true"), a predefined allocator's name for
+// fb_data, else a plain decimal number of bytes below 2^64-1 (no sign, no
+// suffix such as K or M: neither LLVM nor libgomp accepts one). A bad value
+// is a *TraitError naming what was wrong.
+func (k Key) ParseValue(text string) (uintptr, error) {
+	r, ok := ruleOf(k)
+	if !ok {
+		return 0, &TraitError{Key: k, Reason: "unknown trait key"}
+	}
+	lower := asciiLower(text)
+	if lower == "default" {
+		return Default, nil
+	}
+	switch r.kind {
+	case kEnum:
+		for _, a := range r.allowed {
+			if valueName(a) == lower {
+				return a, nil
+			}
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("unknown value %q (want one of %s)", text, r.allowedNames())}
+	case kHandle:
+		if h, ok := predef.ByName(lower); ok {
+			return h, nil
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a predefined allocator name", text)}
+	}
+	// Numbers: decimal digits only; ParseUint refuses signs and, in base 10,
+	// underscores. 2^64-1 is omp_atv_default's number, not a size: a value
+	// that large is a mistake, not a way to ask for the default.
+	n, err := strconv.ParseUint(text, 10, strconv.IntSize)
+	if err != nil || uintptr(n) == Default {
+		if err == nil || errors.Is(err, strconv.ErrRange) {
+			return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is too large", text)}
+		}
+		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a decimal number of bytes", text)}
+	}
+	return uintptr(n), nil
 }

@@ -366,7 +366,6 @@ func TestSetString(t *testing.T) {
 func TestErrorsAreDistinct(t *testing.T) {
 	_, err := traits.FromList([]traits.Trait{{Key: 42, Value: 1}})
 	require.ErrorIs(t, err, traits.ErrInvalidTrait)
-	require.False(t, errors.Is(err, traits.ErrInvalidEnv))
 	require.ErrorContains(t, err, "Key(42)")
 	require.ErrorContains(t, err, "unknown trait key")
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/predef"
+	"github.com/ompalloc/ompalloc/internal/traitenv"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
-	"github.com/ompalloc/ompalloc/traits"
 )
 
 const infoUsage = `Usage: ompalloc info [--json]
@@ -391,7 +391,7 @@ func envAllocator() EnvAllocator {
 	}
 	// The default is omp_default_mem_alloc although the variable is set:
 	// either it names that allocator, or it was rejected. Find out why.
-	spec, err := traits.ParseEnv(v)
+	spec, err := traitenv.ParseEnv(v)
 	switch {
 	case err != nil:
 		e.Warning = err.Error()

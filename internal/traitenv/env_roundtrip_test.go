@@ -1,9 +1,11 @@
-package traits
+package traitenv
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/traits"
 )
 
 // Issue 9, item 7: 2^64-1 is no size, and what EnvSpec.String writes,
@@ -28,13 +30,13 @@ func TestParseEnvHugeNumbersAndRoundTrip(t *testing.T) {
 		back, err := ParseEnv(e.String())
 		require.NoError(t, err, "%s wrote %s", v, e.String())
 		require.Equal(t, e, back)
-		s1, err := FromList(e.Traits)
+		s1, err := traits.FromList(e.Traits)
 		require.NoError(t, err)
-		s2, err := FromList(back.Traits)
+		s2, err := traits.FromList(back.Traits)
 		require.NoError(t, err)
 		require.Equal(t, s1, s2)
 	}
-	e := EnvSpec{Memspace: 1, Traits: []Trait{{Key: PoolSize, Value: Default}}}
+	e := EnvSpec{Memspace: 1, Traits: []traits.Trait{{Key: traits.PoolSize, Value: traits.Default}}}
 	back, err := ParseEnv(e.String())
 	require.NoError(t, err, e.String())
 	require.Equal(t, e, back)

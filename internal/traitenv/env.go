@@ -1,26 +1,29 @@
-package traits
+// Package traitenv parses OMP_ALLOCATOR (OpenMP 5.1 syntax) into the
+// allocator or the memory space and traits it asks for. Package alloc reads
+// the variable at first use; ompalloc info explains it.
+package traitenv
 
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
+	"github.com/ompalloc/ompalloc/traits"
 )
 
 // ErrInvalidEnv is wrapped by every error ParseEnv returns.
 var ErrInvalidEnv = errors.New("invalid " + envvar.Allocator)
 
 // EnvError reports a bad OMP_ALLOCATOR value. It unwraps to ErrInvalidEnv
-// and, when a trait value was at fault, to the *TraitError as well (so
-// errors.Is(err, ErrInvalidTrait) holds for those).
+// and, when a trait value was at fault, to the *traits.TraitError as well (so
+// errors.Is(err, traits.ErrInvalidTrait) holds for those).
 type EnvError struct {
 	Value  string // the whole value, as given
 	Reason string // what was wrong, naming the bad name, key or value
-	Err    error  // the underlying *TraitError, or nil
+	Err    error  // the underlying *traits.TraitError, or nil
 }
 
 func (e *EnvError) Error() string {
@@ -45,13 +48,13 @@ type EnvSpec struct {
 	Memspace memspace.ID
 	// Traits, in the order given, for a new allocator on Memspace; nil
 	// when Allocator is set.
-	Traits []Trait
+	Traits []traits.Trait
 }
 
 // envKeys are the keys OpenMP 5.1 allows in OMP_ALLOCATOR.
-var envKeys = []Key{SyncHint, Alignment, Access, PoolSize, Fallback, FbData, Pinned, Partition}
+var envKeys = []traits.Key{traits.SyncHint, traits.Alignment, traits.Access, traits.PoolSize, traits.Fallback, traits.FbData, traits.Pinned, traits.Partition}
 
-func isEnvKey(k Key) bool {
+func isEnvKey(k traits.Key) bool {
 	for _, e := range envKeys {
 		if e == k {
 			return true
@@ -72,12 +75,12 @@ func isEnvKey(k Key) bool {
 // every key takes "default" (omp_atv_default: the key's default), fb_data takes
 // a predefined allocator name, pinned takes true or false, the others take
 // value names (fallback=null_fb, access=all, sync_hint=contended,
-// partition=blocked). A key given twice: the last wins, as in FromList.
+// partition=blocked). A key given twice: the last wins, as in traits.FromList.
 //
 // Unlike LLVM, which skips a bad trait with a warning and keeps the others,
 // any fault rejects the whole value: the caller then warns once and keeps
 // omp_default_mem_alloc. Numeric allocator handles ("3") are not accepted.
-// The traits are validated with FromList, so alignment=3 or
+// The traits are validated with traits.FromList, so alignment=3 or
 // fallback=allocator_fb without fb_data are errors here; whether the memory
 // space can serve the allocator is left to package alloc.
 func ParseEnv(value string) (EnvSpec, error) {
@@ -90,7 +93,7 @@ func ParseEnv(value string) (EnvSpec, error) {
 	}
 	head, rest, hasTraits := strings.Cut(s, ":")
 	head = strings.TrimSpace(head)
-	name := asciiLower(head)
+	name := lower(head)
 	if !hasTraits {
 		if h, ok := predef.ByName(name); ok {
 			ms, _ := predef.Memspace(h)
@@ -112,7 +115,7 @@ func ParseEnv(value string) (EnvSpec, error) {
 	if strings.TrimSpace(rest) == "" {
 		return fail(nil, "no traits after %q", head+":")
 	}
-	var ts []Trait
+	var ts []traits.Trait
 	for _, item := range strings.Split(rest, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -128,73 +131,38 @@ func ParseEnv(value string) (EnvSpec, error) {
 		case v == "":
 			return fail(nil, "missing value for trait %q", k)
 		}
-		key, known := keyByName(k)
-		if !known || strings.HasPrefix(asciiLower(k), "omp_atk_") {
+		key, known := traits.KeyByName(k)
+		if !known || strings.HasPrefix(lower(k), "omp_atk_") {
 			return fail(nil, "unknown trait %q", k)
 		}
 		if !isEnvKey(key) {
 			return fail(nil, "trait %q cannot be set through %s", k, envvar.Allocator)
 		}
-		val, err := parseEnvValue(key, v)
+		val, err := key.ParseValue(v)
 		if err != nil {
 			// Quoted, as every value a warning repeats: a newline or ESC in
 			// it must not reach the terminal raw (issue 29).
 			return fail(err, "%s=%q: %s", key.Name(), v, reasonOf(err))
 		}
-		ts = append(ts, Trait{Key: key, Value: val})
+		ts = append(ts, traits.Trait{Key: key, Value: val})
 	}
-	if _, err := FromList(ts); err != nil {
-		var te *TraitError
+	if _, err := traits.FromList(ts); err != nil {
+		var te *traits.TraitError
 		if errors.As(err, &te) {
-			return fail(err, "%s=%s: %s", te.Key.Name(), formatValue(te.Key, te.Value), te.Reason)
+			return fail(err, "%s=%s: %s", te.Key.Name(), te.Key.FormatValue(te.Value), te.Reason)
 		}
 		return fail(err, "%v", err)
 	}
 	return EnvSpec{Memspace: ms, Traits: ts}, nil
 }
 
-// reasonOf returns the Reason of a *TraitError, or the error's text.
+// reasonOf returns the Reason of a *traits.TraitError, or the error's text.
 func reasonOf(err error) string {
-	var te *TraitError
+	var te *traits.TraitError
 	if errors.As(err, &te) {
 		return te.Reason
 	}
 	return err.Error()
-}
-
-// parseEnvValue turns the text of a value into a trait value for key k.
-func parseEnvValue(k Key, text string) (uintptr, error) {
-	r := rules[k]
-	lower := asciiLower(text)
-	// "default" is the key's default, as EnvSpec.String writes omp_atv_default.
-	if lower == "default" {
-		return Default, nil
-	}
-	switch r.kind {
-	case kEnum:
-		for _, a := range r.allowed {
-			if valueName(a) == lower {
-				return a, nil
-			}
-		}
-		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("unknown value %q (want one of %s)", text, r.allowedNames())}
-	case kHandle:
-		if h, ok := predef.ByName(lower); ok {
-			return h, nil
-		}
-		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a predefined allocator name", text)}
-	}
-	// Numbers: decimal digits only; ParseUint refuses signs and, in base 10,
-	// underscores. 2^64-1 is omp_atv_default's number, not a size: a value
-	// that large is a mistake, not a way to ask for the default.
-	n, err := strconv.ParseUint(text, 10, strconv.IntSize)
-	if err != nil || uintptr(n) == Default {
-		if err == nil || errors.Is(err, strconv.ErrRange) {
-			return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is too large", text)}
-		}
-		return 0, &TraitError{Key: k, Reason: fmt.Sprintf("%q is not a decimal number of bytes", text)}
-	}
-	return uintptr(n), nil
 }
 
 // String writes the spec back in OMP_ALLOCATOR syntax; ParseEnv of the result
@@ -205,10 +173,21 @@ func (e EnvSpec) String() string {
 	}
 	parts := make([]string, len(e.Traits))
 	for i, t := range e.Traits {
-		parts[i] = t.Key.Name() + "=" + formatValue(t.Key, t.Value)
+		parts[i] = t.Key.Name() + "=" + t.Key.FormatValue(t.Value)
 	}
 	if len(parts) == 0 {
 		return e.Memspace.String()
 	}
 	return e.Memspace.String() + ":" + strings.Join(parts, ",")
+}
+
+// lower lower-cases ASCII letters only, as OpenMP compares names.
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }

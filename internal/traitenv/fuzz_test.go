@@ -1,4 +1,4 @@
-package traits_test
+package traitenv_test
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/internal/predef"
+	"github.com/ompalloc/ompalloc/internal/traitenv"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -32,7 +33,7 @@ func FuzzParseEnv(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
-		spec, err := traits.ParseEnv(value)
+		spec, err := traitenv.ParseEnv(value)
 		if err != nil {
 			if spec.Allocator != 0 || spec.Memspace != 0 || spec.Traits != nil {
 				t.Fatalf("error %v with a non-zero spec %+v", err, spec)
@@ -54,7 +55,7 @@ func FuzzParseEnv(f *testing.F) {
 		if _, err := traits.FromList(spec.Traits); err != nil {
 			t.Fatalf("%q: accepted traits fail FromList: %v", value, err)
 		}
-		again, err := traits.ParseEnv(spec.String())
+		again, err := traitenv.ParseEnv(spec.String())
 		if err != nil {
 			t.Fatalf("%q: String() %q does not parse: %v", value, spec.String(), err)
 		}

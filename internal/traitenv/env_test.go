@@ -1,4 +1,4 @@
-package traits_test
+package traitenv_test
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/predef"
+	"github.com/ompalloc/ompalloc/internal/traitenv"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -20,47 +21,47 @@ func TestParseEnvAccepted(t *testing.T) {
 	cases := []struct {
 		name  string
 		value string
-		want  traits.EnvSpec
+		want  traitenv.EnvSpec
 	}{
 		// A predefined allocator name sets that allocator as the default; we
 		// accept high_bw and large_cap without memkind (doc.go of memspace).
-		{"high_bw allocator", "omp_high_bw_mem_alloc", traits.EnvSpec{Allocator: 4, Memspace: memspace.HighBw}},
-		{"cgroup allocator", "omp_cgroup_mem_alloc", traits.EnvSpec{Allocator: 6, Memspace: memspace.Default}},
-		{"large_cap allocator", "omp_large_cap_mem_alloc", traits.EnvSpec{Allocator: 2, Memspace: memspace.LargeCap}},
-		{"const allocator", "omp_const_mem_alloc", traits.EnvSpec{Allocator: 3, Memspace: memspace.Const}},
-		{"target host allocator", "llvm_omp_target_host_mem_alloc", traits.EnvSpec{Allocator: 100, Memspace: memspace.TargetHost}},
+		{"high_bw allocator", "omp_high_bw_mem_alloc", traitenv.EnvSpec{Allocator: 4, Memspace: memspace.HighBw}},
+		{"cgroup allocator", "omp_cgroup_mem_alloc", traitenv.EnvSpec{Allocator: 6, Memspace: memspace.Default}},
+		{"large_cap allocator", "omp_large_cap_mem_alloc", traitenv.EnvSpec{Allocator: 2, Memspace: memspace.LargeCap}},
+		{"const allocator", "omp_const_mem_alloc", traitenv.EnvSpec{Allocator: 3, Memspace: memspace.Const}},
+		{"target host allocator", "llvm_omp_target_host_mem_alloc", traitenv.EnvSpec{Allocator: 100, Memspace: memspace.TargetHost}},
 		// A bare memory space maps to its predefined allocator (libgomp).
-		{"bare default space", "omp_default_mem_space", traits.EnvSpec{Allocator: 1, Memspace: memspace.Default}},
-		{"bare large_cap space", "omp_large_cap_mem_space", traits.EnvSpec{Allocator: 2, Memspace: memspace.LargeCap}},
+		{"bare default space", "omp_default_mem_space", traitenv.EnvSpec{Allocator: 1, Memspace: memspace.Default}},
+		{"bare large_cap space", "omp_large_cap_mem_space", traitenv.EnvSpec{Allocator: 2, Memspace: memspace.LargeCap}},
 		{
 			"large_cap with alignment and pinned",
 			"omp_large_cap_mem_space:alignment=16,pinned=true",
-			traits.EnvSpec{Memspace: memspace.LargeCap, Traits: []traits.Trait{tr(traits.Alignment, 16), tr(traits.Pinned, traits.True)}},
+			traitenv.EnvSpec{Memspace: memspace.LargeCap, Traits: []traits.Trait{tr(traits.Alignment, 16), tr(traits.Pinned, traits.True)}},
 		},
 		{
 			"pool with allocator fallback",
 			"omp_high_bw_mem_space:pool_size=1048576,fallback=allocator_fb,fb_data=omp_low_lat_mem_alloc",
-			traits.EnvSpec{Memspace: memspace.HighBw, Traits: []traits.Trait{
+			traitenv.EnvSpec{Memspace: memspace.HighBw, Traits: []traits.Trait{
 				tr(traits.PoolSize, 1048576), tr(traits.Fallback, traits.AllocatorFb), tr(traits.FbData, 5)}},
 		},
-		{"pinned", "omp_default_mem_space:pinned=true", traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Pinned, traits.True)}}},
+		{"pinned", "omp_default_mem_space:pinned=true", traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Pinned, traits.True)}}},
 		{
 			"white space around the value and the tokens",
 			"  omp_default_mem_space:alignment=512, pinned = false ,access=all  ",
-			traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{
+			traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{
 				tr(traits.Alignment, 512), tr(traits.Pinned, traits.False), tr(traits.Access, traits.All)}},
 		},
 		{
 			"case is ignored",
 			"OMP_Default_Mem_Space:SYNC_HINT=Uncontended,Fallback=NULL_FB,Pinned=TRUE",
-			traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{
+			traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{
 				tr(traits.SyncHint, traits.Uncontended), tr(traits.Fallback, traits.NullFb), tr(traits.Pinned, traits.True)}},
 		},
-		{"case is ignored for allocators", "OMP_THREAD_MEM_ALLOC", traits.EnvSpec{Allocator: 8, Memspace: memspace.Default}},
+		{"case is ignored for allocators", "OMP_THREAD_MEM_ALLOC", traitenv.EnvSpec{Allocator: 8, Memspace: memspace.Default}},
 		{
 			"every env key",
 			"omp_low_lat_mem_space:sync_hint=serialized,alignment=64,access=thread,pool_size=4096,fallback=abort_fb,fb_data=omp_default_mem_alloc,pinned=false,partition=interleaved",
-			traits.EnvSpec{Memspace: memspace.LowLat, Traits: []traits.Trait{
+			traitenv.EnvSpec{Memspace: memspace.LowLat, Traits: []traits.Trait{
 				tr(traits.SyncHint, traits.Serialized), tr(traits.Alignment, 64), tr(traits.Access, traits.Thread),
 				tr(traits.PoolSize, 4096), tr(traits.Fallback, traits.AbortFb), tr(traits.FbData, 1),
 				tr(traits.Pinned, traits.False), tr(traits.Partition, traits.Interleaved)}},
@@ -68,27 +69,27 @@ func TestParseEnvAccepted(t *testing.T) {
 		{
 			"duplicate key kept in order (last wins in FromList)",
 			"omp_default_mem_space:alignment=32,alignment=128",
-			traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Alignment, 32), tr(traits.Alignment, 128)}},
+			traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Alignment, 32), tr(traits.Alignment, 128)}},
 		},
 		{
 			"OpenMP 6.0 access values",
 			"omp_default_mem_space:access=memspace",
-			traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Access, traits.Memspace)}},
+			traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Access, traits.Memspace)}},
 		},
 		{
 			"partition blocked",
 			"omp_default_mem_space:partition=blocked",
-			traits.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Partition, traits.Blocked)}},
+			traitenv.EnvSpec{Memspace: memspace.Default, Traits: []traits.Trait{tr(traits.Partition, traits.Blocked)}},
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := traits.ParseEnv(c.value)
+			got, err := traitenv.ParseEnv(c.value)
 			require.NoError(t, err)
 			require.Equal(t, c.want, got)
 			_, err = traits.FromList(got.Traits)
 			require.NoError(t, err)
-			again, err := traits.ParseEnv(got.String())
+			again, err := traitenv.ParseEnv(got.String())
 			require.NoError(t, err, got.String())
 			require.Equal(t, got, again)
 		})
@@ -144,14 +145,14 @@ func TestParseEnvRejected(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := traits.ParseEnv(c.value)
+			got, err := traitenv.ParseEnv(c.value)
 			require.Error(t, err)
-			require.Equal(t, traits.EnvSpec{}, got)
-			require.ErrorIs(t, err, traits.ErrInvalidEnv)
+			require.Equal(t, traitenv.EnvSpec{}, got)
+			require.ErrorIs(t, err, traitenv.ErrInvalidEnv)
 			require.Equal(t, c.trait, errors.Is(err, traits.ErrInvalidTrait))
 			require.ErrorContains(t, err, "OMP_ALLOCATOR=")
 			require.ErrorContains(t, err, c.reason)
-			var ee *traits.EnvError
+			var ee *traitenv.EnvError
 			require.ErrorAs(t, err, &ee)
 			require.Equal(t, c.value, ee.Value)
 		})
@@ -159,22 +160,22 @@ func TestParseEnvRejected(t *testing.T) {
 }
 
 func TestEnvSpecString(t *testing.T) {
-	s, err := traits.ParseEnv("omp_high_bw_mem_space:Pool_Size=1048576,fallback=allocator_fb,fb_data=omp_low_lat_mem_alloc")
+	s, err := traitenv.ParseEnv("omp_high_bw_mem_space:Pool_Size=1048576,fallback=allocator_fb,fb_data=omp_low_lat_mem_alloc")
 	require.NoError(t, err)
 	require.Equal(t, "omp_high_bw_mem_space:pool_size=1048576,fallback=allocator_fb,fb_data=omp_low_lat_mem_alloc", s.String())
-	s, err = traits.ParseEnv("omp_low_lat_mem_space")
+	s, err = traitenv.ParseEnv("omp_low_lat_mem_space")
 	require.NoError(t, err)
 	require.Equal(t, "omp_low_lat_mem_alloc", s.String())
 }
 
 func ExampleParseEnv() {
-	spec, err := traits.ParseEnv("omp_large_cap_mem_space:alignment=64,pinned=true")
+	spec, err := traitenv.ParseEnv("omp_large_cap_mem_space:alignment=64,pinned=true")
 	fmt.Println(spec.Memspace, spec.Traits, err)
 
-	spec, _ = traits.ParseEnv("omp_cgroup_mem_alloc")
+	spec, _ = traitenv.ParseEnv("omp_cgroup_mem_alloc")
 	fmt.Println(predef.Name(spec.Allocator), spec.Memspace)
 
-	_, err = traits.ParseEnv("omp_default_mem_space:access=none")
+	_, err = traitenv.ParseEnv("omp_default_mem_space:access=none")
 	fmt.Println(err)
 	// Output:
 	// omp_large_cap_mem_space [{omp_atk_alignment 64} {omp_atk_pinned 1}] <nil>

@@ -1,4 +1,0 @@
-package traits
-
-// KeyByName is keyByName, for the external tests.
-var KeyByName = keyByName

@@ -2,8 +2,10 @@ package gputest
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -99,6 +101,13 @@ func TestDriverErrorMessages(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, a.Free()) })
 				return target.CopyFromDevice(make([]byte, 4096), a, q)
+			}},
+		{"lock", "lock 0x", [2]string{"cuMemHostRegister", "hsa_amd_memory_lock"},
+			func(t *testing.T, d *target.Device, _ *target.Queue) error {
+				buf := make([]byte, 1<<16)
+				_, err := d.LockMem(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+				runtime.KeepAlive(buf)
+				return err
 			}},
 		{"synchronize", "synchronize", [2]string{"cuStreamSynchronize", ""},
 			func(t *testing.T, d *target.Device, q *target.Queue) error { return q.Synchronize() }},

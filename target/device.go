@@ -244,10 +244,31 @@ func (d *Device) LockMem(p, n uintptr) (uintptr, error) {
 	}
 	dev, err := d.reg.Lock(p, n)
 	if err != nil {
-		return 0, fmt.Errorf("device %d: %w", d.ID, err)
+		return 0, d.lockErr(p, n, err)
 	}
 	return dev, nil
 }
+
+// lockErr is the error of a lock the registry refused. When the driver
+// refused it, the message says the device, the range and the driver's
+// call once (not the registry's and the plugin's words around it); the
+// whole chain stays for errors.Is and As.
+func (d *Device) lockErr(p, n uintptr, err error) error {
+	var ce plugin.CallError
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("device %d: %w", d.ID, err)
+	}
+	return &worded{msg: fmt.Sprintf("device %d: lock %#x+%d: %v", d.ID, p, n, ce), err: err}
+}
+
+// worded is an error with target's wording over another error's chain.
+type worded struct {
+	msg string
+	err error
+}
+
+func (e *worded) Error() string { return e.msg }
+func (e *worded) Unwrap() error { return e.err }
 
 // UnlockMem drops the reference LockMem took on the locked range holding p;
 // the last one unlocks it.

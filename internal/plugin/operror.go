@@ -27,3 +27,13 @@ func Cause(err error) error {
 	}
 	return err
 }
+
+// CallError is a vendor's error of one failed driver call (cuda.Error,
+// amdgpu.Error): its text is the function, the code and the driver's own
+// words. Where a refusal reaches target under other layers' words (the
+// registry's, the plugin's lock table's), target words the message itself
+// and quotes only this, keeping the whole chain for errors.Is and As.
+type CallError interface {
+	error
+	DriverCall() string // the function that failed, "cuMemHostRegister"
+}

@@ -132,6 +132,9 @@ type Error struct {
 	Desc string // the runtime's description, "" when it gave none
 }
 
+// DriverCall names the failed function (plugin.CallError).
+func (e *Error) DriverCall() string { return e.Call }
+
 func (e *Error) Error() string {
 	s := fmt.Sprintf("%s: %s (%#x)", e.Call, e.Name, e.Code)
 	if e.Desc != "" {

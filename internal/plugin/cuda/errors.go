@@ -16,6 +16,9 @@ type Error struct {
 	Name string // "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"
 }
 
+// DriverCall names the failed function (plugin.CallError).
+func (e *Error) DriverCall() string { return e.Call }
+
 func (e *Error) Error() string {
 	if e.Call == "" {
 		return fmt.Sprintf("%s (%d)", e.Name, e.Code)

@@ -273,7 +273,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 	}
 	a.plain = a.heap != nil && a.target == nil && set.PoolSize == 0 && a.ptn == nil && a.pool == nil
 	if a.plain {
-		a.head.Fast.Init(a.heap, a.shards.t, a.id, a.align, &a.head.Destroyed)
+		a.head.Fast.Init(a.heap, a.shards.t, a.id, a.align)
 	}
 	// What a free of one of a's blocks must do besides the heap's part
 	// (heap.FreeFast hands the tally back only when a flag is set).
@@ -451,7 +451,7 @@ func (a *Allocator) Destroy() error {
 	// An allocation that started before the flag was set may still be
 	// counting its block: wait for it, so that the live count read next is
 	// final and the handle is never reused under it. The hot path
-	// (heap.Fast.Alloc) reads the flag in its pinned section: a grace period
+	// (heap.AllocEntry) reads the flag in its pinned section: a grace period
 	// (pcpu.Quiesce) sees every such section ended, its count visible, and
 	// every later one sees the flag. The general path counts itself in
 	// flight (heap.Tally.Enter says why its sum never reads a false zero

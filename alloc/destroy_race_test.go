@@ -178,7 +178,7 @@ func TestStaleHandleRefused(t *testing.T) {
 	require.NotEqual(t, c.id, d.id, "a freed number is not reused at once")
 }
 
-// Issue 30: the hot path (heap.Fast.Alloc) stores no in-flight mark; it
+// Issue 30: the hot path (heap.AllocEntry) stores no in-flight mark; it
 // reads the destroyed flag in its pinned section, and Destroy waits out a
 // grace period (pcpu.Quiesce) before it reads the live count. Destroy
 // racing cached-block allocations at GOMAXPROCS 1 to 64, with the number

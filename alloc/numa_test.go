@@ -118,7 +118,7 @@ func TestPlacementRefusedGoesThroughTheFallback(t *testing.T) {
 		a, err := NewFromTraits(memspace.Default, []traits.Trait{{Key: traits.Partition, Value: traits.Blocked}, {Key: traits.Fallback, Value: fb}})
 		require.NoError(t, err)
 		a.heap = bad
-		a.head.Fast.Init(a.heap, a.shards.t, a.id, a.align, &a.head.Destroyed) // the hot path's heap too
+		a.head.Fast.Init(a.heap, a.shards.t, a.id, a.align) // the hot path's heap too
 		p, err := a.Alloc(64)
 		if fb == traits.NullFb {
 			require.Nil(t, p)

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
@@ -17,17 +18,38 @@ import (
 // 16). Size 0 returns nil and no error, as omp_alloc does.
 func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) {
 	// A cached block of a plain host allocator comes from the heap's hot
-	// path (heap.Fast.Alloc), which counts it, counts it down for the heap
-	// profile and checks the destroyed flag in its pinned section; every
-	// other case, and a destroyed allocator's refusal, takes the general
-	// path. kmp's omp_alloc calls the hot path itself.
-	if a.head.Fast.Serves(size) {
-		if p := a.head.Fast.Alloc(size); p != 0 {
-			return cmem.Ptr(p), nil
-		}
+	// path (heap.AllocEntry, through the handle table), which counts it,
+	// counts it down for the heap profile and checks the destroyed flag in
+	// its pinned section; every other case, and a destroyed allocator's
+	// refusal, takes the general path. kmp's omp_alloc calls the hot path
+	// itself.
+	if p := handles.Alloc(a.head.Handle, size, noSlow); p != 0 {
+		return cmem.Ptr(p), nil
 	}
 	return a.alloc(size, 0, false)
 }
+
+// noSlow is Allocator.Alloc's slow function for the hot path: none, it
+// goes on itself.
+func noSlow(*handles.Head, uintptr, uintptr) uintptr { return 0 }
+
+// allocByHandle is handles.General: omp_alloc's way for every case the hot
+// path (handles.Alloc) did not serve, without trying it again.
+func allocByHandle(e *handles.Head, h, size uintptr) (p uintptr, live bool, err error) {
+	var a *Allocator
+	if e != nil { // h's own entry: Lookup's answer, without looking again
+		if e.Destroyed.Load() {
+			return 0, false, nil
+		}
+		a = allocatorAt(unsafe.Pointer(e))
+	} else if a, live = Lookup(Handle(h)); !live {
+		return 0, false, nil
+	}
+	q, err := a.alloc(size, 0, false)
+	return uintptr(q), true, err
+}
+
+func init() { handles.General = allocByHandle }
 
 // AlignedAlloc is Alloc with at least the given alignment (a power of two).
 func (a *Allocator) AlignedAlloc(alignment, size uintptr) (unsafe.Pointer, error) {
@@ -306,10 +328,10 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 // heap.FreeFast's one frame, which hands free's other work to freeCheck
 // (deferred frees, the leak check, sampled blocks) and freeFollow (errors,
 // the owner's follow-up) through heap's hooks.
-func Free(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), true) }
+func Free(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), true, nil) }
 
 // freeNow is Free without waiting for copies in flight.
-func freeNow(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), false) }
+func freeNow(p unsafe.Pointer) error { return heap.FreeFast(uintptr(p), false, nil) }
 
 func init() {
 	heap.FreeCheckHook = func(p uintptr, mayDefer bool) (bool, error) { return freeChecks(cmem.Ptr(p), mayDefer) }

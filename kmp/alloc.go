@@ -89,31 +89,24 @@ func reportErr(fn string, err error) {
 }
 
 // Alloc is omp_alloc.
+//
+// It inlines into its caller: a cached block of a live plain host
+// allocator costs heap.AllocEntry's one frame (the handle's entry, its
+// generation and destroyed flag, the P's cache and the owner's counters);
+// every other case goes to allocSlow.
 func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
-	// resolve's common case, inlined: a live allocator's own handle. The
-	// table's entries are the allocators' heads, their first field; a
-	// plain host allocator's head holds the heap's hot path (heap.Fast),
-	// so a cached block costs one frame of the engine.
-	if e := (*handles.Head)(handles.Live(uintptr(a))); e != nil {
-		if e.Fast.Serves(size) {
-			if p := e.Fast.Alloc(size); p != 0 {
-				return cmem.Ptr(p)
-			}
-		}
-		return allocFrom((*alloc.Allocator)(unsafe.Pointer(e)), size)
-	}
-	al := resolve("omp_alloc", a)
-	if al == nil {
-		return nil
-	}
-	return allocFrom(al, size)
+	return cmem.Ptr(handles.Alloc(uintptr(a), size, allocSlow))
 }
 
-// allocFrom is Alloc for every case the hot path does not serve.
-//
-//go:noinline
-func allocFrom(al *alloc.Allocator, size uintptr) unsafe.Pointer {
-	p, err := al.Alloc(size)
+// allocSlow is Alloc for every case the hot path does not serve: the
+// general path, a handle that names no live allocator (warned about), the
+// default allocator for the null handle.
+func allocSlow(e *handles.Head, h, size uintptr) uintptr {
+	p, live, err := handles.General(e, h, size)
+	if !live {
+		warnf("omp_alloc: %v is not a live allocator", alloc.Handle(h))
+		return 0
+	}
 	report("omp_alloc", err)
 	return p
 }
@@ -170,7 +163,8 @@ func Realloc(ptr unsafe.Pointer, size uintptr, a, freeA AllocatorHandle) unsafe.
 // is passed; nil is a no-op; double frees and foreign pointers are
 // reported and change nothing.
 func Free(ptr unsafe.Pointer, a AllocatorHandle) {
-	if err := alloc.Free(ptr); err != nil {
-		warnf("omp_free: %v", err)
-	}
+	handles.Free(uintptr(ptr), warnFree)
 }
+
+// warnFree is omp_free's warning (handles.Free's report).
+func warnFree(_ uintptr, err error) { warnf("omp_free: %v", err) }

@@ -12,9 +12,10 @@ import (
 )
 
 // kmp is a user of alloc like any other: it reaches no further down
-// (internal/heap), so what it does a Go program can do too. (It resolves
-// a handle through internal/handles, alloc's own table, only because
-// alloc.Lookup is too big to inline into omp_alloc.)
+// (internal/heap), so what it does a Go program can do too. (It calls the
+// hot paths through internal/handles, alloc's own table, only so that
+// omp_alloc and omp_free inline into their callers: each is one call of
+// the engine there.)
 func TestKmpGoesThroughAlloc(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)

@@ -100,9 +100,11 @@ func trimmed(stk []uintptr) []uintptr {
 	}
 	// The exported call's own frame is kept at its entry, not at the line
 	// that called further in: the hot path and the general path of one
-	// call (kmp.Alloc's heap.Fast.Alloc and its allocFrom) are one
-	// location, so one call site of the user's is one stack. An inlined
-	// frame (no Func of its own) is left as it is.
+	// call (alloc.(*Allocator).Alloc's heap.AllocEntry and its general
+	// path) are one location, so one call site of the user's is one stack.
+	// An inlined frame (no Func of its own: kmp.Alloc, inlined into its
+	// caller with the engine's call, whose hot and general paths both
+	// return to that call) is left as it is.
 	if len(stk) > 0 {
 		fr, _ := runtime.CallersFrames(stk[:1]).Next()
 		if fr.Func != nil && strings.HasPrefix(fr.Function, "github.com/ompalloc/ompalloc/") {

@@ -7,20 +7,10 @@ import (
 	"github.com/ompalloc/ompalloc/internal/heap"
 )
 
-// Head is the first field of every alloc.Allocator: what Live checks.
-type Head struct {
-	// Handle is the allocator's omp.h handle: its number (the table
-	// index, Handle&Mask) and, above it, the number's generation. Set
-	// before the allocator is published, never changed.
-	Handle uintptr
-	// Destroyed is set once, by omp_destroy_allocator.
-	Destroyed atomic.Bool
-	// Fast is the allocator's descriptor for the heap's hot path (the zero
-	// Fast, serving nothing, for all but plain host allocators): omp_alloc
-	// calls it straight from the handle, one frame of the engine. Set
-	// before the allocator is published, never changed.
-	Fast heap.Fast
-}
+// Head is the first field of every alloc.Allocator: what Live checks and
+// Alloc serves from (the handle, the destroyed flag and the heap's hot-path
+// descriptor; see heap.Entry).
+type Head = heap.Entry
 
 // Mask takes a handle's number, its index in the table.
 const Mask = 1<<16 - 1
@@ -44,6 +34,30 @@ func Live(h uintptr) unsafe.Pointer {
 	}
 	return nil
 }
+
+// Alloc is omp_alloc's hot path for handle h: a cached block of size bytes
+// from h's live plain host allocator, in heap.AllocEntry's one frame; every
+// other case is slow's (see heap.AllocEntry; not nil). Inlines, so that
+// kmp's omp_alloc, which is this call, inlines too.
+func Alloc(h, size uintptr, slow func(e *Head, h, size uintptr) uintptr) uintptr {
+	return heap.AllocEntry(&entries[h&Mask], h, size, slow)
+}
+
+// Free is omp_free's whole path for a Go caller that only warns: alloc.Free
+// (heap.FreeFast, whose errors it hands to report, never nil here) in one
+// frame of the engine. Inlines, so that kmp's omp_free, which is this call,
+// inlines too and costs no frame of its own.
+func Free(p uintptr, report func(p uintptr, err error)) {
+	_ = heap.FreeFast(p, true, report) // nil: report had the error
+}
+
+// General, set by alloc's init, is omp_alloc's general path for handle h,
+// for a caller of Alloc whose slow function must not try the hot path again
+// nor look the handle up again (kmp's omp_alloc): e is the entry Alloc's
+// slow function got (nil: look h up). live false when h names no live
+// allocator (nothing was tried), else the allocator's Alloc result but for
+// the hot path.
+var General func(e *Head, h, size uintptr) (p uintptr, live bool, err error)
 
 // Table returns the published table (nil before the first Publish). It is
 // never written: Publish replaces it.

@@ -2,16 +2,20 @@ package heap
 
 // The allocation hot path: one frame of the engine per operation. An
 // owner precomputes a Fast descriptor (its heap, tally, owner number and
-// the class table of its alignment) once, when it is made; Fast.Alloc then
-// serves a cached slot in one pinned section with nothing to validate or
-// compute but the table's entry, and hands every other case back to the
-// caller's general path having done nothing. FreeFast is the matching free.
+// the class table of its alignment) once, when it is made, in its handle
+// table Entry; AllocEntry then finds it from the handle and serves a
+// cached slot in one pinned section with nothing to validate or compute
+// but the table's entry, and hands every other case to the caller's slow
+// function having done nothing. FreeFast is the matching free. Callers
+// reach both through inlined one-call wrappers (internal/handles), so that
+// omp_alloc and omp_free cost this package's frame alone.
 
 import (
 	"fmt"
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
@@ -62,32 +66,47 @@ func tableFor(align uintptr) *classTable {
 }
 
 // Fast is an owner's descriptor for the hot path: what AllocSampled and
-// AllocGuarded work out at every call, worked out once. The zero Fast
-// serves nothing (Alloc always returns 0).
+// AllocGuarded work out at every call, worked out once. It lives in the
+// owner's Entry, beside the destroyed flag AllocEntry reads. The zero Fast
+// serves nothing.
 type Fast struct {
 	h       *Heap
 	t       *Tally
 	classes *classTable
-	closed  *atomic.Bool // the owner's destroyed flag, read in the pinned section
-	off     uintptr      // the user pointer's offset in its slot
-	limit   uintptr      // sizes 1..limit have a class; 0: none
+	off     uintptr // the user pointer's offset in its slot
+	limit   uintptr // sizes 1..limit have a class; 0: none
 	owner   uint32
 }
 
+// Entry is an allocator's entry in the handle table (internal/handles: its
+// Head is this type, the first field of every alloc.Allocator): the handle,
+// the destroyed flag and the hot path's descriptor, in one object so that
+// AllocEntry finds all three through one load.
+type Entry struct {
+	// Handle is the allocator's omp.h handle: its number (the table
+	// index) and, above it, the number's generation. Set before the entry
+	// is published, never changed.
+	Handle uintptr
+	// Destroyed is set once, by omp_destroy_allocator. AllocEntry reads it
+	// in its pinned section (see there).
+	Destroyed atomic.Bool
+	// Fast is the descriptor for AllocEntry (the zero Fast, serving
+	// nothing, for all but plain host allocators). Set before the entry is
+	// published, never changed.
+	Fast Fast
+}
+
 // Init sets f up for owner (at most maxOwner) allocating from h with
-// alignment align (a power of two; below 16 means 16), counted in t.
-// closed is the owner's flag that refuses allocations once set: Fast.Alloc
-// reads it in its pinned section, so a closer that sets it and then waits
-// out a grace period (pcpu.Quiesce) knows every allocation either saw it
-// or is counted in t (see Alloc). Call it before f is shared.
-func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr, closed *atomic.Bool) {
+// alignment align (a power of two; below 16 means 16), counted in t. Call
+// it before the entry holding f is published.
+func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr) {
 	*f = Fast{}
 	align = max(align, minAlign)
-	if h == nil || t == nil || closed == nil || owner > maxOwner || align > maxSmall/2 {
+	if h == nil || t == nil || owner > maxOwner || align > maxSmall/2 {
 		return // the general path serves everything
 	}
 	off := offFor(align)
-	*f = Fast{h: h, t: t, classes: tableFor(align), closed: closed, off: off, owner: owner}
+	*f = Fast{h: h, t: t, classes: tableFor(align), off: off, owner: owner}
 	for need := uintptr(maxSmall); need > off; need -= minAlign {
 		if classFor(need, align) >= 0 {
 			f.limit = need - off
@@ -96,52 +115,64 @@ func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr, closed *atom
 	}
 }
 
-// Alloc returns a block of size bytes, for which Serves must be true (the
-// caller checks it, so that a size with no class costs no call), from the
-// P's cache, counted in the
-// owner's tally and counted down to the next heap-profile sample, all in
-// one pinned section; or 0, having done nothing, for every other case
-// (nothing cached for the class, the leak check on, a P
-// without a cache or shard yet, the owner closed): the caller's general
-// path then serves it (refill, large blocks, errors, the refusal).
+// AllocEntry is omp_alloc's whole hot path in one frame: it loads the
+// entry at slot (a handle table's slot for handle h), checks that it is h's
+// (the generation compare: a stale handle is not), and serves size bytes
+// from the P's cache, counted in the owner's tally and counted down to the
+// next heap-profile sample, all in one pinned section. Every other case
+// (no entry, a stale handle, a size with no class, nothing cached for the
+// class, the leak check on, a P without a cache or shard yet, the entry
+// destroyed) is slow(e, h, size)'s, called having done nothing, with the
+// entry when it is h's (possibly destroyed: slow checks) and nil when
+// there is none (the null handle, a stale or unknown one). slow must not
+// be nil. It is called from this frame: a helper's frame between them
+// cost the general path (a large block) 15 instructions, and inlining one
+// with a nil check cost this path 7. Callers inline it (handles.Alloc), so that omp_alloc's
+// cached block costs this frame alone.
 //
-// The owner's closed flag is read inside the pinned section, so a closer
+// The destroyed flag is read inside the pinned section, so a destroyer
 // needs no mark from allocations (two atomic stores each, an XCHG on
 // amd64): it sets the flag, then waits out a grace period (pcpu.Quiesce, a
 // stop-the-world, which cannot begin while a goroutine is pinned). Every
 // pinned section that began before the grace period ended before it did,
-// its counts visible to the closer through the runtime's synchronisation
-// of the stop; every one that begins after it runs on a P stopped and
-// restarted since the flag was set, and sees the flag. So once Quiesce
-// returns, the owner's live count is final. See ARCHITECTURE.md, "The
-// in-flight protocol".
-func (f *Fast) Alloc(size uintptr) uintptr {
-	if hooks.AllocChecks.Load() != 0 {
-		return 0
+// its counts visible to the destroyer through the runtime's
+// synchronisation of the stop; every one that begins after it runs on a P
+// stopped and restarted since the flag was set, and sees the flag. So once
+// Quiesce returns, the owner's live count is final. See ARCHITECTURE.md,
+// "The in-flight protocol".
+func AllocEntry(slot *atomic.Pointer[Entry], h, size uintptr, slow func(e *Entry, h, size uintptr) uintptr) uintptr {
+	e := slot.Load()
+	if e == nil || e.Handle != h {
+		return slow(nil, h, size)
 	}
-	e := f.classes[((size+f.off+minAlign-1)>>4)&(classTableLen-1)]
-	c, foot := int(e&0xffff), uintptr(e>>16)
-	h, t := f.h, f.t
+	if size-1 >= e.Fast.limit || hooks.AllocChecks.Load() != 0 {
+		return slow(e, h, size)
+	}
+	// Nothing but e and size is live across the pin: every load of the
+	// descriptor comes after it, so nothing is spilled for it.
 	pid := pcpu.Pin()
-	cs, ts := *h.caches.Load(), *t.shards.Load()
-	if pid >= len(cs) || pid >= len(ts) || f.closed.Load() {
+	f := &e.Fast
+	cs, ts := *f.h.caches.Load(), *f.t.shards.Load()
+	if uint(pid) >= uint(len(cs)) || uint(pid) >= uint(len(ts)) || e.Destroyed.Load() {
 		pcpu.Unpin()
-		return 0
+		return slow(e, h, size)
 	}
+	en := f.classes[((size+f.off+minAlign-1)>>4)&(classTableLen-1)]
 	pc := cs[pid]
 	pc.guard.Lock()
-	l := &pc.lists[c]
-	slot := l.head
-	if slot == 0 {
+	l := pc.list(uintptr(en & 0xffff))
+	slot0 := l.head
+	if slot0 == 0 {
 		pc.guard.Unlock()
 		pcpu.Unpin()
-		return 0
+		return slow(e, h, size)
 	}
-	l.head = link(slot)
+	l.head = link(slot0)
 	l.n--
 	if testHooks && FastWindowHook != nil { // a constant false outside the tests' build tag
 		FastWindowHook()
 	}
+	foot := uintptr(en >> 16)
 	sh := ts[pid]
 	sh.guard.Lock()
 	sh.allocs++
@@ -149,7 +180,7 @@ func (f *Fast) Alloc(size uintptr) uintptr {
 	sh.foot += int64(foot)
 	trip := sh.bytes > sh.mark+PeakStep+memsample.Bias()
 	sh.guard.Unlock()
-	p := h.handOut(slot, f.off, size, f.owner)
+	p := f.h.handOut(slot0, f.off, size, f.owner)
 	if trip { // the peak, or the heap profile is on
 		rare := sh.tripped(int64(size))
 		pc.guard.Unlock()
@@ -164,9 +195,15 @@ func (f *Fast) Alloc(size uintptr) uintptr {
 	return p
 }
 
-// Serves reports whether Alloc may be asked for size bytes: whether the
-// size has a class (not 0, not past the small classes). Alloc must not be
-// called otherwise. Inlines.
+// list returns the P's free list of class c (< numClasses, which the
+// callers' class tables and spans guarantee), without a bounds check.
+func (pc *pcache) list(c uintptr) *freeList {
+	return (*freeList)(unsafe.Add(unsafe.Pointer(&pc.lists), c*unsafe.Sizeof(freeList{})))
+}
+
+// Serves reports whether AllocEntry may serve size bytes from an entry
+// with descriptor f: whether the size has a class (not 0, not past the
+// small classes). Inlines.
 func (f *Fast) Serves(size uintptr) bool { return size-1 < f.limit }
 
 // rare is allocRare for Alloc, out of its frame.
@@ -204,21 +241,24 @@ var (
 	FreeFollowHook func(p uintptr, t *Tally, foot uintptr, err error) error
 )
 
-// FreeFast is Free for the allocation layer (alloc.Free, which inlines it
-// into omp_free): a small block is freed in this one frame, its owner
-// counted and its follow-up flags (SetFollow) read in the same pinned
-// section, with every rare case in a helper of its own (//go:noinline, so
-// that their frames and spills stay off this path). nil is a no-op;
-// mayDefer lets FreeCheckHook defer the free behind queued copies.
+// FreeFast is Free for the allocation layer (alloc.Free and kmp's
+// omp_free, which inline their call to it): a small block is freed in this
+// one frame, its owner counted and its follow-up flags (SetFollow) read in
+// the same pinned section, with every rare case in a helper of its own
+// (//go:noinline, so that their frames and spills stay off this path). nil
+// is a no-op; mayDefer lets FreeCheckHook defer the free behind queued
+// copies. With report nil, FreeFast returns what went wrong; with report
+// set, it hands that to report and returns nil (omp_free warns, and a
+// caller that only warns then needs no frame of its own around this one).
 //
 // A closer that sets FollowClosed and then waits out a grace period
 // (pcpu.Quiesce) or runs a process-wide barrier (pcpu.Barrier) sees every
 // free that read the flags unset counted out: such a free's count-out
 // precedes its load of the flags in program order, and its load, which
 // missed the closer's store, ran before the barrier reached its thread.
-func FreeFast(p uintptr, mayDefer bool) error {
-	if p == 0 || hooks.FreeChecks.Load() != 0 { // HostUses counts there too
-		if done, err := freeCheck(p, mayDefer); done {
+func FreeFast(p uintptr, mayDefer bool, report func(p uintptr, err error)) error {
+	if hooks.FreeChecks.Load() != 0 { // HostUses counts there too
+		if done, err := freeCheck(p, mayDefer, report); done {
 			return err
 		}
 	}
@@ -227,55 +267,79 @@ func FreeFast(p uintptr, mayDefer bool) error {
 	// The table's common case, without lookup's extent check: a chunk of
 	// small blocks (not huge) is a whole granule, so every address the
 	// granule maps to is in it. Huge regions go to freeOther, which checks.
-	if g := p >> chunkShift; g < 1<<(rootBits+leafBits) {
-		if l := root[g>>leafBits].Load(); l != nil {
-			ch = l[g&(1<<leafBits-1)].Load()
+	// nil (granule 0, where no chunk is) goes there too.
+	if r := p >> (chunkShift + leafBits); r < uintptr(len(root)) {
+		if l := root[r].Load(); l != nil {
+			ch = l[(p>>chunkShift)&(1<<leafBits-1)].Load()
 		}
 	}
 	if ch == nil || ch.huge != nil {
-		return freeRegion(pid, ch, p) // unpins
+		if err := freeRegion(pid, ch, p); err != nil { // unpins
+			return reported(p, err, report)
+		}
+		return nil
 	}
 	s := ch.pages[((p-ch.base)>>pageShift)&(pagesPerChunk-1)].Load()
 	if s == nil || s.state.Load() != spanSmall {
-		return freeOther(pid, ch, p) // unpins
+		return freeOtherR(pid, ch, p, report) // unpins
 	}
 	first := s.base + hdrSize
 	slot := first + uintptr(uint64(p-first)*s.divMul>>divShift)*s.size
 	hd := hdr(p)
 	if p%minAlign != 0 || p < first || p-slot < hdrSize ||
 		!atomic.CompareAndSwapUint32(&hd.tag, tag(magicLive, p-slot), tag(magicFree, p-slot)) {
-		return freeRefused(s, p) // unpins
+		return freeRefused(s, p, report) // unpins
 	}
-	h, c := ch.heap, s.class
-	size, foot := hd.size(), s.size
+	h := ch.heap
 	t := talliesByOwner[hd.owner()].Load() // before the block is counted out (see FreeCounted)
 	if t == nil {
-		return h.freeSlotRare(pid, c, p, slot, t, size, foot) // unpins
+		return h.freeSlotRare(pid, s.class, p, slot, t, hd.size(), s.size, report) // unpins
 	}
 	cs, ts := *h.caches.Load(), *t.shards.Load()
-	if pid >= len(cs) || pid >= len(ts) {
-		return h.freeSlotRare(pid, c, p, slot, t, size, foot) // unpins
+	if uint(pid) >= uint(len(cs)) || uint(pid) >= uint(len(ts)) {
+		return h.freeSlotRare(pid, s.class, p, slot, t, hd.size(), s.size, report) // unpins
 	}
 	pc, sh := cs[pid], ts[pid]
 	pc.guard.Lock()
 	sh.guard.Lock()
 	sh.frees++
-	sh.bytes -= int64(size)
-	sh.foot -= int64(foot)
+	sh.bytes -= int64(hd.size())
+	sh.foot -= int64(s.size)
 	sh.guard.Unlock()
-	l := &pc.lists[c]
+	l := pc.list(uintptr(s.class))
 	setLink(slot, l.head)
 	l.head = slot
 	l.n++
 	if l.n > s.cap {
-		return h.freeOver(pc, c, p, t, foot) // unlocks, unpins
+		return h.freeOver(pc, s.class, p, t, s.size, report) // unlocks, unpins
 	}
 	pc.guard.Unlock()
 	if t.follow.Load() != 0 {
-		return freeFollowUnpin(p, t, foot) // unpins
+		return freeFollowUnpin(p, t, s.size, report) // unpins
 	}
 	pcpu.Unpin() // nothing live across it
 	return nil
+}
+
+// freeOther and freeFollow are freeOtherR and freeFollowR without a
+// report: the huge regions' free (freeRegion) returns its error to
+// FreeFast, which hands it to reported.
+func freeOther(pid int, ch *chunk, p uintptr) error { return freeOtherR(pid, ch, p, nil) }
+
+func freeFollow(p uintptr, t *Tally, foot uintptr, err error) error {
+	return freeFollowR(p, t, foot, err, nil)
+}
+
+// reported is FreeFast's error err for p, handed to report when there is
+// one (and nil returned).
+//
+//go:noinline
+func reported(p uintptr, err error, report func(p uintptr, err error)) error {
+	if report != nil {
+		report(p, err)
+		return nil
+	}
+	return err
 }
 
 // freeOver is FreeFast's tail when the P's list of class c went over its
@@ -283,14 +347,14 @@ func FreeFast(p uintptr, mayDefer bool) error {
 // pinned and holds pc's guard; freeOver releases both.
 //
 //go:noinline
-func (h *Heap) freeOver(pc *pcache, c int, p uintptr, t *Tally, foot uintptr) error {
+func (h *Heap) freeOver(pc *pcache, c int, p uintptr, t *Tally, foot uintptr, report func(uintptr, error)) error {
 	spill := pc.spillHalf(c)
 	pc.guard.Unlock()
 	fl := t.follow.Load()
 	pcpu.Unpin()
 	h.returnSpill(spill)
 	if fl != 0 {
-		return freeFollow(p, t, foot, nil)
+		return freeFollowR(p, t, foot, nil, report)
 	}
 	return nil
 }
@@ -300,51 +364,64 @@ func (h *Heap) freeOver(pc *pcache, c int, p uintptr, t *Tally, foot uintptr) er
 // pinned).
 //
 //go:noinline
-func freeFollowUnpin(p uintptr, t *Tally, foot uintptr) error {
+func freeFollowUnpin(p uintptr, t *Tally, foot uintptr, report func(uintptr, error)) error {
 	pcpu.Unpin()
-	return freeFollow(p, t, foot, nil)
+	return freeFollowR(p, t, foot, nil, report)
 }
 
 // freeCheck runs FreeCheckHook for FreeFast; a nil p is done.
 //
 //go:noinline
-func freeCheck(p uintptr, mayDefer bool) (done bool, err error) {
+func freeCheck(p uintptr, mayDefer bool, report func(uintptr, error)) (done bool, err error) {
 	if p == 0 {
 		return true, nil
 	}
 	if f := FreeCheckHook; f != nil {
-		return f(p, mayDefer)
+		done, err = f(p, mayDefer)
+		if err != nil && report != nil {
+			report(p, err)
+			err = nil
+		}
+		return done, err
 	}
 	return false, nil
 }
 
-// freeFollow hands FreeFast's error, or a block whose owner has follow-up
-// flags, to FreeFollowHook.
+// freeFollowR hands FreeFast's error, or a block whose owner has follow-up
+// flags, to FreeFollowHook, and what that returns to report when set.
 //
 //go:noinline
-func freeFollow(p uintptr, t *Tally, foot uintptr, err error) error {
+func freeFollowR(p uintptr, t *Tally, foot uintptr, err error, report func(uintptr, error)) error {
 	if f := FreeFollowHook; f != nil {
-		return f(p, t, foot, err)
+		err = f(p, t, foot, err)
+	}
+	if err != nil && report != nil {
+		report(p, err)
+		return nil
 	}
 	return err
 }
 
-// freeOther is FreeFast for a pointer that is not in a small span of a
-// granule's chunk: a huge region (checked against its extent here), a
+// freeOtherR is FreeFast for a pointer that is not in a small span of a
+// granule's chunk: nil, a huge region (checked against its extent here), a
 // large or mixed span, free pages, an address past the table, or no chunk
 // at all. The caller is pinned to P pid; it unpins.
 //
 //go:noinline
-func freeOther(pid int, ch *chunk, p uintptr) error {
+func freeOtherR(pid int, ch *chunk, p uintptr, report func(uintptr, error)) error {
+	if p == 0 {
+		pcpu.Unpin()
+		return nil
+	}
 	if ch == nil {
 		if ch = lookupHigh(p); ch == nil {
 			pcpu.Unpin()
-			return freeFollow(p, nil, 0, foreign(p))
+			return freeFollowR(p, nil, 0, foreign(p), report)
 		}
 	}
 	if ch.huge != nil && p-ch.base >= ch.size { // the rest of a huge region's last granule
 		pcpu.Unpin()
-		return freeFollow(p, nil, 0, foreign(p))
+		return freeFollowR(p, nil, 0, foreign(p), report)
 	}
 	var b Block
 	var t *Tally
@@ -360,29 +437,34 @@ func freeOther(pid int, ch *chunk, p uintptr) error {
 		b, t, err = ch.heap.freeLarge(pid, ch, s, p) // unpins
 	}
 	if err != nil {
-		return freeFollow(p, nil, 0, err)
+		return freeFollowR(p, nil, 0, err, report)
 	}
 	if t != nil && t.follow.Load() != 0 {
-		return freeFollow(p, t, b.Footprint, nil)
+		return freeFollowR(p, t, b.Footprint, nil, report)
 	}
 	return nil
 }
 
 // freeRefused explains why FreeFast's check of a small block failed: a
 // double free, an interior or misaligned pointer, or a racing free that
-// won the header's compare-and-swap. The caller is pinned; it unpins.
+// won the header's compare-and-swap (or nil, in the unlikely case of a
+// small span in granule 0). The caller is pinned; it unpins.
 //
 //go:noinline
-func freeRefused(s *span, p uintptr) error {
+func freeRefused(s *span, p uintptr, report func(uintptr, error)) error {
+	if p == 0 {
+		pcpu.Unpin()
+		return nil
+	}
 	if staleFreeHook != nil {
 		staleFreeHook()
 	}
 	_, bad := smallState(s, p)
 	pcpu.Unpin()
 	if bad != smallLive {
-		return freeFollow(p, nil, 0, smallErr(bad, p))
+		return freeFollowR(p, nil, 0, smallErr(bad, p), report)
 	}
-	return freeFollow(p, nil, 0, doubleFree(p)) // a racing free won the CAS
+	return freeFollowR(p, nil, 0, doubleFree(p), report) // a racing free won the CAS
 }
 
 // freeSlotRare is FreeFast's tail when the block has no tally or the P no
@@ -390,10 +472,10 @@ func freeRefused(s *span, p uintptr) error {
 // caller is pinned to P pid; it unpins.
 //
 //go:noinline
-func (h *Heap) freeSlotRare(pid, c int, p, slot uintptr, t *Tally, size, foot uintptr) error {
+func (h *Heap) freeSlotRare(pid, c int, p, slot uintptr, t *Tally, size, foot uintptr, report func(uintptr, error)) error {
 	h.freeSlot(pid, c, slot, t, size, foot) // unpins
 	if t != nil && t.follow.Load() != 0 {
-		return freeFollow(p, t, foot, nil)
+		return freeFollowR(p, t, foot, nil, report)
 	}
 	return nil
 }

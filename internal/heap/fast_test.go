@@ -13,8 +13,7 @@ import (
 func TestFastClassTable(t *testing.T) {
 	for align := uintptr(minAlign); align <= maxSmall/2; align *= 2 {
 		var f Fast
-		var closed atomic.Bool
-		f.Init(&Heap{}, NewTally(), 1, align, &closed)
+		f.Init(&Heap{}, NewTally(), 1, align)
 		require.NotZero(t, f.limit, "align %d", align)
 		off := offFor(align)
 		for size := uintptr(1); size <= maxSmall; size++ {
@@ -30,24 +29,42 @@ func TestFastClassTable(t *testing.T) {
 	}
 }
 
-// TestFastAllocDeclines: Fast serves no size 0 or large size (Serves), and
-// Alloc does nothing and returns 0 for what it leaves to the general path
-// (the closed flag set, nothing cached yet); it serves and counts a cached
-// block.
+// TestFastAllocDeclines: AllocEntry serves no size 0 or large size
+// (Serves), and does nothing and calls the slow way for what it leaves to
+// the general path (no entry, a stale handle, the destroyed flag set,
+// nothing cached yet); it serves and counts a cached block.
 func TestFastAllocDeclines(t *testing.T) {
 	h := newTestHeap(t)
 	const owner = 4243
 	tl := NewTally()
 	SetTally(owner, tl)
 	t.Cleanup(func() { SetTally(owner, nil) })
-	var closed atomic.Bool
-	var f Fast
-	f.Init(h, tl, owner, 16, &closed)
+	const handle = 7<<16 | owner
+	e := &Entry{Handle: handle}
+	e.Fast.Init(h, tl, owner, 16)
+	var slot atomic.Pointer[Entry]
+	slowCalls := 0
+	var slowGot *Entry
+	slow := func(got *Entry, hd, size uintptr) uintptr {
+		slowCalls++
+		slowGot = got
+		return 0
+	}
+	alloc := func(hd, size uintptr) uintptr { return AllocEntry(&slot, hd, size, slow) }
 
-	require.False(t, f.Serves(0), "size 0")
-	require.False(t, f.Serves(maxSmall), "a large size")
-	require.True(t, f.Serves(f.limit))
-	require.Zero(t, f.Alloc(64), "nothing cached yet")
+	require.False(t, e.Fast.Serves(0), "size 0")
+	require.False(t, e.Fast.Serves(maxSmall), "a large size")
+	require.True(t, e.Fast.Serves(e.Fast.limit))
+	require.Zero(t, alloc(handle, 64), "no entry")
+	require.Nil(t, slowGot, "no entry: none to hand on")
+	slot.Store(e)
+	require.Zero(t, alloc(handle+1<<16, 64), "a stale handle")
+	require.Nil(t, slowGot, "a stale handle: not its entry")
+	require.Zero(t, alloc(handle, 0), "size 0")
+	require.Same(t, e, slowGot, "size 0: the entry handed on")
+	require.Zero(t, alloc(handle, 64), "nothing cached yet")
+	require.Same(t, e, slowGot)
+	require.Equal(t, 4, slowCalls)
 	require.Zero(t, tl.Sum().Allocs)
 
 	// A refill caches slots of the class on this P (most of the time: the
@@ -58,22 +75,34 @@ func TestFastAllocDeclines(t *testing.T) {
 		require.NoError(t, err)
 		_, err = Free(q)
 		require.NoError(t, err)
-		if p = f.Alloc(64); p != 0 {
+		slowCalls = 0
+		if p = alloc(handle, 64); p != 0 {
 			break
 		}
 	}
 	require.NotZero(t, p, "a cached slot is served")
+	require.Zero(t, slowCalls)
 	b, err := Inspect(p)
 	require.NoError(t, err)
 	require.Equal(t, Block{Heap: h, Owner: owner, Size: 64, Footprint: 80}, b)
 	require.Equal(t, uint64(1), tl.Sum().Allocs-tl.Sum().Frees)
-	require.NoError(t, FreeFast(p, true))
+	require.NoError(t, FreeFast(p, true, nil))
 	require.Zero(t, tl.Sum().Bytes)
-	require.Equal(t, ErrDoubleFree, unwrapAll(FreeFast(p, true)), "a sequential double free")
+	require.Equal(t, ErrDoubleFree, unwrapAll(FreeFast(p, true, nil)), "a sequential double free")
+	var reported error
+	require.NoError(t, FreeFast(p, true, func(q uintptr, err error) {
+		require.Equal(t, p, q)
+		reported = err
+	}), "an error goes to report")
+	require.Equal(t, ErrDoubleFree, unwrapAll(reported), "a sequential double free, reported")
+	require.NoError(t, FreeFast(0, true, nil), "nil")
 
-	closed.Store(true)
+	// Cached again (the free above), yet refused once destroyed.
+	e.Destroyed.Store(true)
 	for range 10 {
-		require.Zero(t, f.Alloc(64), "closed")
+		slowCalls = 0
+		require.Zero(t, alloc(handle, 64), "destroyed")
+		require.Equal(t, 1, slowCalls)
 	}
 	var none Fast
 	require.False(t, none.Serves(64), "the zero Fast serves nothing")

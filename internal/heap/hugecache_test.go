@@ -55,7 +55,7 @@ func TestHugeRegionCachedPerP(t *testing.T) {
 	require.Equal(t, TallySum{Allocs: 1, Bytes: 8 << 20, Foot: int64(foot)}, tl.Sum())
 	SetTally(7, tl)
 	t.Cleanup(func() { SetTally(7, nil) })
-	require.NoError(t, FreeFast(p, false))
+	require.NoError(t, FreeFast(p, false, nil))
 	require.Equal(t, TallySum{Allocs: 1, Frees: 1}, tl.Sum(), "counted out in the pinned section that cached it")
 	require.Equal(t, []uintptr{p}, cachedRegions(h), "the P keeps the region")
 	st := h.Stats()
@@ -66,7 +66,7 @@ func TestHugeRegionCachedPerP(t *testing.T) {
 
 	_, err = Free(p)
 	require.ErrorIs(t, err, ErrDoubleFree)
-	require.ErrorIs(t, FreeFast(p, false), ErrDoubleFree)
+	require.ErrorIs(t, FreeFast(p, false, nil), ErrDoubleFree)
 	_, err = Inspect(p)
 	require.ErrorIs(t, err, ErrDoubleFree)
 
@@ -274,7 +274,7 @@ func TestRacingFreesOfCachedRegion(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				switch err := FreeFast(p, false); {
+				switch err := FreeFast(p, false, nil); {
 				case err == nil:
 					won.Add(1)
 				case errors.Is(err, ErrDoubleFree):
@@ -304,7 +304,7 @@ func TestFreeingPWithoutAllocsKeepsCentrally(t *testing.T) {
 	p, _, err := h.AllocCounted(7<<20, 16, 9, false, tl)
 	require.NoError(t, err)
 	h.Trim() // every P's cache anew: none has served a huge block
-	require.NoError(t, FreeFast(p, false))
+	require.NoError(t, FreeFast(p, false, nil))
 	require.Empty(t, cachedRegions(h), "not kept by a P that served no huge block")
 	require.Equal(t, TallySum{Allocs: 1, Frees: 1}, tl.Sum())
 	require.Equal(t, uintptr(7<<20), h.Stats().Retained)

@@ -6,8 +6,8 @@ package heap
 // ompalloc_testhooks): the hooks it guards compile to nothing.
 const testHooks = false
 
-// FastWindowHook is called by Fast.Alloc in its pinned section, between
-// the check of the closed flag (and the pop) and the count, in builds with the tag
+// FastWindowHook is called by AllocEntry in its pinned section, between
+// the check of the destroyed flag (and the pop) and the count, in builds with the tag
 // ompalloc_testhooks only (it may spin, never block: the caller is
 // pinned). Tests widen the window a closer must wait out with it.
 var FastWindowHook func()

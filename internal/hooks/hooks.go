@@ -55,7 +55,7 @@ var FreeChecks atomic.Int64
 var HostUses atomic.Int64
 
 // AllocChecks counts the reasons an allocation must take alloc's general
-// path rather than the heap's hot path (heap.Fast.Alloc): leak-check mode,
+// path rather than the heap's hot path (heap.AllocEntry): leak-check mode,
 // which records each block's stack. Added to before the reason holds, like
 // FreeChecks: one atomic load on every allocation.
 var AllocChecks atomic.Int64

@@ -89,6 +89,13 @@ type benchCase struct {
 	done func()
 }
 
+// pairLoop returns the loop of omp_alloc+omp_free pairs. Not inlined: the
+// Go compiler does not inline calls inside a closure cloned into the
+// function a closure's maker is inlined into, so newCase's copies would
+// call kmp.Alloc and kmp.Free as functions, where a caller's ordinary code
+// inlines them (both are one call of the engine).
+//
+//go:noinline
 func pairLoop(size uintptr, a kmp.AllocatorHandle) func(int) error {
 	return func(n int) error {
 		for range n {

@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -94,7 +95,7 @@ func freeAfterUse(p unsafe.Pointer) (deferred bool, err error) {
 	if !markDeferred(p) {
 		return true, fmt.Errorf("Free(%p): %w: its free already waits for a queue", p, ErrDoubleFree)
 	}
-	if hooks.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
+	if device.FreeAfterUse(uintptr(p), b.Size, func() { completeDeferred(p) }) {
 		return true, nil
 	}
 	unmarkDeferred(p)

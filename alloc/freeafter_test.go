@@ -3,6 +3,7 @@ package alloc
 import (
 	"bytes"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -252,7 +252,7 @@ func TestFreeAfterChild(t *testing.T) {
 	require.NoError(t, target.Shutdown())
 	require.Zero(t, deferredFrees.Load())
 	require.Zero(t, deferredFailures.Load())
-	require.Zero(t, hooks.HostUses.Load())
+	require.False(t, device.HostInUse())
 }
 
 // TestFreeAfterCrossDevice runs TestFreeAfterCrossDeviceChild with two fake

@@ -2,13 +2,11 @@ package alloc
 
 import (
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/envvar"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
@@ -210,26 +208,4 @@ func hugeTLBBytes(src *pinSource) uintptr {
 		}
 	}
 	return n
-}
-
-// hugeTLBRange is one hugetlb mapping of a pinned heap.
-type hugeTLBRange = hooks.HugeTLBRange
-
-func init() { hooks.HugeTLBRanges = hugeTLBRanges }
-
-// hugeTLBRanges lists the pinned heaps' hugetlb mappings in address order.
-// The kernel does not count them in VmLck although they are locked and
-// registered (mlock of hugetlb memory succeeds and changes nothing: the
-// pages are never swapped); /proc/self/status counts them in HugetlbPages.
-// internal/leakcheck uses it (through internal/hooks) to check VmLck
-// against the registries.
-func hugeTLBRanges() []hugeTLBRange {
-	tlb.mu.Lock()
-	out := make([]hugeTLBRange, 0, len(tlb.maps))
-	for p, m := range tlb.maps {
-		out = append(out, hugeTLBRange{Start: p, Size: m.size, Device: m.src.dev})
-	}
-	tlb.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
-	return out
 }

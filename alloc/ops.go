@@ -3,13 +3,13 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"math/bits"
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/handles"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -381,7 +381,7 @@ func freeFollow(p unsafe.Pointer, t *heap.Tally, foot uintptr, err error) error 
 // (heap.FreeCheckHook). done: Free returns err without freeing (a deferred
 // free, or an error).
 func freeChecks(p unsafe.Pointer, mayDefer bool) (done bool, err error) {
-	if mayDefer && (deferredFrees.Load() > 0 || hooks.HostUses.Load() > 0) {
+	if mayDefer && (deferredFrees.Load() > 0 || device.HostInUse()) {
 		// A queued copy may still read or write the block (FreeAfter).
 		if deferred, err := freeAfterUse(p); deferred || err != nil {
 			return true, err

@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
 	"github.com/ompalloc/ompalloc/internal/heap"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/sentinel"
@@ -53,16 +53,18 @@ type pinKey struct {
 
 // Shutdown of the devices must not pull locked chunks from under the pinned
 // heaps: first give back the idle ones; target refuses while any stay held.
-func init() { hooks.BeforeShutdown(trimPinned) }
+func init() { device.BeforeShutdown(trimPinned) }
 
 func pinDevice(set traits.Set) (int, error) {
 	if set.PinDevice >= 0 {
+		// target.Get: a device that is not there comes with the drivers'
+		// reasons (target.DriverError) for the trait error.
 		if _, err := target.Get(set.PinDevice); err != nil {
 			return 0, &traits.TraitError{Key: traits.PinDevice, Value: uintptr(set.PinDevice), HasValue: true, Reason: err.Error()}
 		}
 		return set.PinDevice, nil
 	}
-	return target.DefaultDevice(), nil
+	return device.DefaultDevice(), nil
 }
 
 // pinnedHeap returns the home heap of device dev's pinned pool: its only
@@ -154,7 +156,7 @@ func trimPinnedBytes() uintptr {
 }
 
 // pinSource maps memory and locks it through a device. It holds each chunk
-// (target's holdMem, through internal/hooks), so that a user's unlock cannot unlock it.
+// (device.(*Device).Hold, the device core), so that a user's unlock cannot unlock it.
 type pinSource struct {
 	dev  int
 	node int    // the node its chunks prefer; -1: the device's (Info().NUMANode)
@@ -215,7 +217,7 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 		return 0, err
 	}
 	adviseHuge(p, n) // before locking: the lock then faults 2 MiB pages (numa.go)
-	d, err := target.Get(s.dev)
+	d, err := device.Get(s.dev)
 	if err == nil {
 		err = fault.Check(fault.PinLock)
 	}
@@ -230,7 +232,7 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 		}
 		placeNearDevice(p, n, node) // before locking faults the pages in (numa.go)
 		start := time.Now()
-		_, err = hooks.HoldMem(d.ID, p, lockN, s.name)
+		_, err = d.Hold(p, lockN, s.name, isHugeTLB(p))
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
 	}
@@ -260,13 +262,13 @@ func (s *pinSource) lockChunk(n, align, lockN uintptr) (uintptr, error) {
 // mapped, locked, registered and counted; Trim tries it again.
 func (s *pinSource) Release(p, n uintptr) error {
 	var uerr error
-	if d, err := target.Get(s.dev); err == nil {
+	if d, err := device.Get(s.dev); err == nil {
 		start := time.Now()
 		var locks, mapped int
 		if uerr = fault.Check(fault.PinUnlock); uerr != nil {
 			uerr = fmt.Errorf("%w: %w", uerr, sentinel.ErrStillLocked)
 		} else {
-			locks, mapped, uerr = hooks.ReleaseMem(d.ID, p)
+			locks, mapped, uerr = d.Release(p)
 		}
 		s.counts.nanos.Add(time.Since(start).Nanoseconds())
 		pinStats.lockNanos.Add(time.Since(start).Nanoseconds())
@@ -466,7 +468,7 @@ func (l *limit) why(dev int) string {
 		return fmt.Sprintf("set by %s=%s: raise it, or 0 for no limit", envvar.PinnedLimit, f.env)
 	}
 	s := fmt.Sprintf("from %s: %s", f.def.Why(), f.def.Advice())
-	if d, err := target.Get(dev); f.def.Origin == pinlimit.Memlock && err == nil && !d.IsHost() {
+	if d, err := device.Get(dev); f.def.Origin == pinlimit.Memlock && err == nil && !d.IsHost() {
 		// cuMemHostRegister and hsa_amd_memory_lock are not charged to
 		// RLIMIT_MEMLOCK: for a GPU, lifting our cap is enough.
 		s += fmt.Sprintf(" (device %d's driver pins without it: %s=0 lifts this cap)", dev, envvar.PinnedLimit)

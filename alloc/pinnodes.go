@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"runtime"
 	"slices"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"github.com/ompalloc/ompalloc/internal/heap"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
-	"github.com/ompalloc/ompalloc/target"
 )
 
 // A device's pinned pool keeps its free lists per NUMA node where that
@@ -49,7 +49,7 @@ func (pp *pinnedPool) multi() bool { return len(pp.heaps) > 1 }
 var (
 	poolTopology = numa.System
 	deviceNode   = func(dev int) int {
-		d, err := target.Get(dev)
+		d, err := device.Get(dev)
 		if err != nil {
 			return -1
 		}

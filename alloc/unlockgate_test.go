@@ -120,7 +120,7 @@ func TestTrimUnlockOutsideHeapLockChild(t *testing.T) {
 				t.Fatal("an Alloc of a cached pinned block waited for the trim's unlock")
 			}
 			// Through the device's registry: a lock of another range, and a
-			// pinned block needing a new region (HoldMem), do not wait either.
+			// pinned block needing a new region (device Hold), do not wait either.
 			buf, err := dl.C()
 			require.NoError(t, err)
 			other, err := buf.Map(1 << 16)

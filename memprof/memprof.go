@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/alloc"
-	"github.com/ompalloc/ompalloc/internal/hooks"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/memsample"
+	"github.com/ompalloc/ompalloc/target"
 )
 
 // DefaultRate is Go's own runtime.MemProfileRate: one sample per 512 KiB
@@ -330,7 +331,40 @@ func init() {
 		return map[string]any{
 			"pinned":        alloc.ReadPinnedStats(),
 			"profile_rate":  Rate(),
-			"device_memory": hooks.DeviceMemory(),
+			"device_memory": deviceMemory(),
 		}
 	}))
+}
+
+// deviceEntry is one device's entry of expvar "ompalloc"'s device_memory.
+type deviceEntry struct {
+	Device int    `json:"device"`
+	Plugin string `json:"plugin"`
+	Name   string `json:"name"`
+	target.MemoryStats
+}
+
+// deviceMemory lists the figures of the accelerators opened so far: reading
+// the expvar neither discovers devices nor opens one (device.Current, and
+// only devices found open). A device target never handed out has no books
+// yet: its figures are zero.
+func deviceMemory() []deviceEntry {
+	out := []deviceEntry{}
+	w := device.Current()
+	if w == nil {
+		return out
+	}
+	for _, cd := range w.Devices() {
+		if cd.IsHost() || !cd.Opened() || cd.Closed() {
+			continue
+		}
+		e := deviceEntry{Device: cd.ID, Plugin: cd.Plugin(), Name: cd.Info().Name}
+		if l := cd.Layer(); l != nil {
+			if d, ok := l.Public().(*target.Device); ok {
+				e.MemoryStats = d.MemoryStats()
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }

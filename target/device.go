@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
@@ -15,65 +15,66 @@ import (
 // Errors of the generic layer; test with errors.Is.
 var (
 	// ErrBadDevice: a device number outside 0..NumDevices().
-	ErrBadDevice = errors.New("no such device")
+	ErrBadDevice = device.ErrBadDevice
 	// ErrInvalidArgument: a nil pointer, a zero size or an unknown kind
 	// (the same variable as alloc.ErrInvalidArgument).
 	ErrInvalidArgument = sentinel.ErrInvalidArgument
 	// ErrShutdown: the device was closed by Shutdown.
-	ErrShutdown = errors.New("device shut down")
+	ErrShutdown = device.ErrShutdown
 	// ErrUnavailable: the device is listed but could not be opened (a CUDA
 	// GPU in compute mode PROHIBITED, or out of memory for its context);
 	// the error also carries the driver's reason. Other devices work.
-	ErrUnavailable = errors.New("device unavailable")
+	ErrUnavailable = device.ErrUnavailable
 )
 
-// Device is one device: the vendor's Impl plus everything generic, written
-// once — argument checks, the pinned registry, the staging pool, queues.
+// Device is one device: the public layer over the device core
+// (internal/device: the vendor's Impl, the pinned registry, discovery,
+// Shutdown) with everything generic that users call, written once —
+// argument checks, transfers, the staging pool, queues.
 type Device struct {
 	ID int // OpenMP device number
 
-	impl    plugin.Impl
-	opener  plugin.Opener // nil: the Impl is open from the start
-	plugin  string
-	host    bool
-	reg     *pinreg.Registry
+	core *device.Device
+	// The core's, copied here (they never change) for the paths that read
+	// them on every call.
+	impl   plugin.Impl
+	plugin string
+	host   bool
+	reg    *pinreg.Registry
+
 	pool    *stagingPool
 	devpool *devPool // cached device memory (devpool.go)
 	mem     *devMem  // the books of device memory handed out (memstats.go)
 	mapMode pinreg.MapMode
 
-	infoOnce sync.Once
-	info     Info
-
 	amu    sync.Mutex
 	allocs map[uintptr]MemKind // what Alloc returned and Free has not taken back
 
-	closed atomic.Bool
-	opened atomic.Bool // usable found the device open once (IsPinned asks only open devices)
 	qmu    sync.Mutex
 	queues map[*Queue]struct{} // open queues; nil once closed
 }
 
-func newDevice(id int, impl plugin.Impl, pluginName string, host bool, cfg StagingConfig, mode pinreg.MapMode) *Device {
-	opener, _ := impl.(plugin.Opener)
+// newLayer makes the public layer of cd (wrap), with the staging and
+// lock-mapped settings the environment gives cd's discovery.
+func newLayer(cd *device.Device) device.Layer {
+	info := infoOf(device.Current())
+	cfg, mode := info.cfg, info.mode
+	impl := cd.Impl()
 	mem := new(devMem)
-	return &Device{
-		ID: id, impl: impl, opener: opener, plugin: pluginName, host: host,
-		reg:     pinreg.New(impl),
+	return (*layer)(&Device{
+		ID: cd.ID, core: cd, impl: impl, plugin: cd.Plugin(), host: cd.IsHost(),
+		reg:     cd.Registry(),
 		pool:    newStagingPool(impl, cfg),
 		devpool: newDevPool(mem),
 		mem:     mem,
 		mapMode: mode,
 		allocs:  map[uintptr]MemKind{},
 		queues:  map[*Queue]struct{}{},
-	}
+	})
 }
 
 // Info describes the device. It is read from the plugin once.
-func (d *Device) Info() Info {
-	d.infoOnce.Do(func() { d.info = d.impl.Info() })
-	return d.info
-}
+func (d *Device) Info() Info { return d.core.Info() }
 
 // IsHost reports whether d is the host (the initial device).
 func (d *Device) IsHost() bool { return d.host }
@@ -99,20 +100,7 @@ func (d *Device) String() string {
 	return fmt.Sprintf("device %d (%s %s)", d.ID, d.plugin, d.Info().Name)
 }
 
-func (d *Device) usable() error {
-	if d.closed.Load() {
-		return fmt.Errorf("device %d: %w", d.ID, ErrShutdown)
-	}
-	if d.opener != nil {
-		if err := d.opener.Open(); err != nil {
-			return fmt.Errorf("device %d: %w: %w", d.ID, ErrUnavailable, err)
-		}
-	}
-	if !d.opened.Load() {
-		d.opened.Store(true)
-	}
-	return nil
-}
+func (d *Device) usable() error { return d.core.Usable() }
 
 // Open opens the device now rather than at its first use, and reports why
 // it cannot be used: nil, or an error matching ErrUnavailable (with the
@@ -283,32 +271,4 @@ func (d *Device) UnlockMem(p uintptr) error {
 		return fmt.Errorf("device %d: %w", d.ID, err)
 	}
 	return nil
-}
-
-// close destroys the queues (waiting for their work), frees every staging
-// buffer, including those held by queues that never completed, and closes
-// the Impl.
-func (d *Device) close() error {
-	if d.closed.Swap(true) {
-		return nil
-	}
-	d.qmu.Lock()
-	queues := d.queues
-	d.queues = nil
-	d.qmu.Unlock()
-	var errs []error
-	for q := range queues {
-		errs = append(errs, q.destroy())
-	}
-	d.pool.close()
-	d.devpool.closePool(d.impl)
-	if err := d.impl.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("device %d: close: %w", d.ID, err))
-	}
-	// Queues closed after a failed wait held what their work used: with the
-	// device closed (its context released) that work can no longer run.
-	for q := range queues {
-		q.releaseHeld()
-	}
-	return errors.Join(errs...)
 }

@@ -490,11 +490,9 @@ func (q *Queue) RecordUse(p uintptr) error {
 	if q.dev.devpool.record(p, 1, q) {
 		return nil
 	}
-	if w := current.Load(); w != nil {
-		for _, o := range w.devices {
-			if o != q.dev && !o.host && o.plugin == q.dev.plugin && o.devpool.record(p, 1, q) {
-				return nil
-			}
+	for _, o := range attached() {
+		if o != q.dev && !o.host && o.plugin == q.dev.plugin && o.devpool.record(p, 1, q) {
+			return nil
 		}
 	}
 	return fmt.Errorf("device %d: record use of %#x: %w: not in a live block of a device pool", q.dev.ID, p, ErrInvalidArgument)

@@ -1,9 +1,7 @@
 package target
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/envvar"
@@ -41,23 +39,6 @@ func readEnv() (StagingConfig, pinreg.MapMode) {
 		}
 	}
 	return cfg, mode
-}
-
-// defaultDevice reads OMP_DEFAULT_DEVICE against the initial device's number.
-func defaultDevice(initial int) int {
-	v, ok := envvar.Lookup(envvar.DefaultDevice)
-	if !ok {
-		return 0
-	}
-	if strings.EqualFold(v, "initial") {
-		return initial
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > initial {
-		warnEnv(envvar.DefaultDevice, v, fmt.Sprintf("not a device number in 0..%d", initial), "0")
-		return 0
-	}
-	return n
 }
 
 // parseBytes reads a size as every OMPALLOC_* variable does (internal/envsize).

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"github.com/ompalloc/ompalloc/internal/device"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func TestBlankEnvCountsAsUnset(t *testing.T) {
 				cfg, mode := readEnv()
 				require.Equal(t, DefaultStagingConfig(), cfg)
 				require.Equal(t, "off", mode.String())
-				require.Equal(t, 0, defaultDevice(2))
+				require.Equal(t, 0, device.EnvDefault(2))
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -384,17 +385,17 @@ func (p *fakePlugin) Devices() []plugin.Impl { return p.impls }
 
 // withPlugins rediscovers the devices with the given accelerator plugins
 // (and the real host), and shuts them down when the test ends.
-func withPlugins(t *testing.T, ps ...plugin.Plugin) {
+func withPlugins(t testing.TB, ps ...plugin.Plugin) {
 	t.Helper()
 	require.NoError(t, Shutdown())
-	saved := accelerators
-	accelerators = nil
+	var vs []device.Vendor
 	for _, p := range ps {
-		accelerators = append(accelerators, func() plugin.Plugin { return p })
+		vs = append(vs, device.Vendor{Name: p.Name(), New: func() plugin.Plugin { return p }})
 	}
+	restore := device.ReplaceVendors(vs)
 	t.Cleanup(func() {
 		require.NoError(t, Shutdown())
-		accelerators = saved
+		restore()
 	})
 }
 

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"github.com/ompalloc/ompalloc/internal/device"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,15 +28,15 @@ func TestFreeAfterUse(t *testing.T) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 
-	require.False(t, hostInUse())
+	require.False(t, device.HostInUse())
 	f.holdWork()
 	require.NoError(t, d.Submit(dev, h+100, 1000, q), "pinned path, in flight")
-	require.True(t, hostInUse())
+	require.True(t, device.HostInUse())
 	var freed atomic.Int32
-	require.False(t, freeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
+	require.False(t, device.FreeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
 	other := hostMem(t, n)
-	require.False(t, freeAfterUse(other, n, func() { freed.Add(100) }), "not in a registry: no pinned copy can use it")
-	require.True(t, freeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
+	require.False(t, device.FreeAfterUse(other, n, func() { freed.Add(100) }), "not in a registry: no pinned copy can use it")
+	require.True(t, device.FreeAfterUse(h, 200, func() { freed.Add(1) }), "overlaps the copy's source")
 	done, err := q.Query()
 	require.NoError(t, err)
 	require.False(t, done)
@@ -43,17 +44,17 @@ func TestFreeAfterUse(t *testing.T) {
 	f.release()
 	require.NoError(t, q.Synchronize())
 	require.Equal(t, int32(1), freed.Load(), "once, after the copy")
-	require.False(t, hostInUse())
-	require.False(t, freeAfterUse(h, n, func() { freed.Add(100) }))
+	require.False(t, device.HostInUse())
+	require.False(t, device.FreeAfterUse(h, n, func() { freed.Add(100) }))
 
 	// Retrieve into pinned memory is tracked too, and Close releases.
 	f.holdWork()
 	require.NoError(t, d.Retrieve(h, dev, n, q))
-	require.True(t, freeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
+	require.True(t, device.FreeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
 	f.release()
 	require.NoError(t, q.Close())
 	require.Equal(t, int32(2), freed.Load())
-	require.False(t, hostInUse())
+	require.False(t, device.HostInUse())
 }
 
 // Queue.OnDone runs its function once the work issued before it is done,
@@ -196,13 +197,13 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 			f1.holdWork()
 			defer f1.release()
 			require.NoError(t, tc.copy())
-			require.True(t, hostInUse(), "the copy on device 1 uses memory device 0 pinned")
-			require.True(t, freeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
+			require.True(t, device.HostInUse(), "the copy on device 1 uses memory device 0 pinned")
+			require.True(t, device.FreeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
 			require.Zero(t, freed.Load())
 			f1.release()
 			require.NoError(t, q.Synchronize())
 			require.Equal(t, int32(1), freed.Load())
-			require.False(t, hostInUse())
+			require.False(t, device.HostInUse())
 		})
 	}
 
@@ -210,7 +211,7 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 	other := hostMem(t, n)
 	f1.holdWork()
 	require.NoError(t, d1.Retrieve(other, dev, n, q))
-	require.False(t, hostInUse())
+	require.False(t, device.HostInUse())
 	f1.release()
 	require.NoError(t, q.Synchronize())
 }

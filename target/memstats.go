@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 )
@@ -308,31 +307,4 @@ func (d *Device) PoolFree(p uintptr, q *Queue) error {
 		return err
 	}
 	return nil
-}
-
-func init() { hooks.DeviceMemory = deviceMemoryVar }
-
-// deviceMemory is one device's entry of memprof's expvar "ompalloc".
-type deviceMemory struct {
-	Device int    `json:"device"`
-	Plugin string `json:"plugin"`
-	Name   string `json:"name"`
-	MemoryStats
-}
-
-// deviceMemoryVar lists the figures of the accelerators opened so far:
-// reading the expvar neither discovers devices nor opens one.
-func deviceMemoryVar() any {
-	out := []deviceMemory{}
-	w := current.Load()
-	if w == nil {
-		return out
-	}
-	for _, d := range w.devices {
-		if d.host || !d.opened.Load() || d.closed.Load() {
-			continue
-		}
-		out = append(out, deviceMemory{Device: d.ID, Plugin: d.plugin, Name: d.Info().Name, MemoryStats: d.MemoryStats()})
-	}
-	return out
 }

@@ -6,6 +6,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"reflect"
 	"runtime"
 	"sync"
@@ -149,13 +150,14 @@ func pinDevices(dev int) ([]*Device, error) {
 		return []*Device{d}, nil
 	}
 	var devs []*Device
-	for _, d := range w.devices {
+	all := w.devices()
+	for _, d := range all {
 		if !d.host {
 			devs = append(devs, d)
 		}
 	}
 	if len(devs) == 0 {
-		devs = w.devices[len(w.devices)-1:] // the host
+		devs = all[len(all)-1:] // the host
 	}
 	return devs, nil
 }
@@ -167,8 +169,8 @@ func ompallocMemory(p, n uintptr) bool {
 	if start, size, ok := heap.Containing(p); ok && n <= size && p-start <= size-n {
 		return true
 	}
-	for _, d := range get().devices {
-		if d.pinned(p, n) {
+	for _, cd := range get().Devices() { // the core's: no public layer made
+		if pinnedRange(cd.Registry(), p, n) {
 			return true
 		}
 	}
@@ -271,7 +273,7 @@ func (r *pinRecord) unpinQuiet(quiet bool) error {
 	r.mu.Unlock()
 	// Copies of the range still queued (the one-step pinned path reads and
 	// writes it late): unlock behind them, as alloc.Free frees.
-	if freeAfterUse(r.p, r.n, r.unlockDeferred) {
+	if device.FreeAfterUse(r.p, r.n, r.unlockDeferred) {
 		return prev
 	}
 	return errors.Join(prev, r.unlockNow())
@@ -281,7 +283,7 @@ func (r *pinRecord) unpinQuiet(quiet bool) error {
 // since keep it waiting again; then it unlocks, keeping a failure for the
 // next Unpin or Close.
 func (r *pinRecord) unlockDeferred() {
-	if freeAfterUse(r.p, r.n, r.unlockDeferred) {
+	if device.FreeAfterUse(r.p, r.n, r.unlockDeferred) {
 		return
 	}
 	if err := r.unlockNow(); err != nil {
@@ -343,9 +345,9 @@ func IsPinned[T any](s []T) bool {
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 	defer runtime.KeepAlive(s)
-	devs := get().devices
+	devs := get().Devices() // the core's: IsPinned makes no public layer
 	for _, d := range devs {
-		if d.pinned(p, n) {
+		if pinnedRange(d.Registry(), p, n) {
 			return true
 		}
 	}
@@ -353,11 +355,11 @@ func IsPinned[T any](s []T) bool {
 	// that is open already (asking opens nothing).
 	asked := map[string]bool{}
 	for _, d := range devs {
-		if d.host || asked[d.plugin] || d.closed.Load() || !d.opened.Load() {
+		if d.IsHost() || asked[d.Plugin()] || d.Closed() || !d.Opened() {
 			continue
 		}
-		asked[d.plugin] = true
-		if ext, ok, err := d.impl.ExternalLock(p, n); err == nil && ok && p >= ext.Host && p-ext.Host+n <= ext.Size {
+		asked[d.Plugin()] = true
+		if ext, ok, err := d.Impl().ExternalLock(p, n); err == nil && ok && p >= ext.Host && p-ext.Host+n <= ext.Size {
 			return true
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ompalloc/ompalloc/internal/hooks"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
@@ -35,7 +35,7 @@ type Queue struct {
 	closed  bool
 	// held: closed after a failed synchronize, with pending entries the
 	// vendor queue's work may still use. The queue stays in its device's
-	// set until a Close, Query through freeAfterUse, or Shutdown finds the
+	// set until a Close, Query through device.FreeAfterUse, or Shutdown finds the
 	// work done (or the device closed): until then nothing it holds is
 	// released, and a free of memory its copies use waits for it.
 	held    bool
@@ -82,10 +82,6 @@ func (r hostRange) overlaps(p, n uintptr) bool { return r.n != 0 && p < r.p+r.n 
 
 // queueIDs numbers the queues in creation order.
 var queueIDs atomic.Uint64
-
-// hostUses (internal/hooks.HostUses, which alloc reads) counts the pending host ranges of all queues: while it is 0, a
-// free need not look for copies in flight (one atomic load).
-var hostUses = &hooks.HostUses
 
 // NewQueue creates a queue on d.
 func (d *Device) NewQueue() (*Queue, error) {
@@ -138,8 +134,7 @@ func (q *Queue) appendLocked(p pending) {
 	q.seq++
 	q.pending = append(q.pending, p)
 	if p.use.n != 0 {
-		hooks.FreeChecks.Add(1) // a reason for free to look (see hooks.FreeChecks), before it holds
-		hostUses.Add(1)
+		device.HostUseAdded() // counted before FreeAfterUse can see it
 	}
 }
 
@@ -365,11 +360,10 @@ func (d *Device) release(done []pending) {
 			_ = d.reg.UnlockUnmapped(p.unlock, d.mapMode)
 		}
 		if p.use.n != 0 {
-			hostUses.Add(-1)
-			hooks.FreeChecks.Add(-1)
+			device.HostUseDone()
 		}
 		if p.fn != nil {
-			runFn(p.fn)
+			device.Run(p.fn) // held back while Shutdown holds its locks
 		}
 	}
 }
@@ -401,121 +395,6 @@ func (q *Queue) OnDone(free func()) error {
 	// Close that finds the work done (Close runs it whatever the driver says).
 	_, _ = q.queryAndReleaseLocked()
 	return nil
-}
-
-// hostInUse reports whether a copy on some queue may still read or write
-// host memory: while it is false, a free need not call freeAfterUse. It is
-// one atomic load.
-func hostInUse() bool { return hostUses.Load() > 0 }
-
-// freeAfterUse (internal/hooks.FreeAfterUse, for alloc) arranges for free to run once every copy issued so far on
-// any queue whose host side overlaps [p, p+n) (the one-step pinned path,
-// which reads or writes that memory late) has completed, and reports true;
-// it reports false, and does not run free, when no such copy is in flight,
-// so that the caller frees at once. A queue whose work turns out done is
-// released on the way.
-func freeAfterUse(p, n uintptr, free func()) bool {
-	if n == 0 || !hostInUse() {
-		return false
-	}
-	w := current.Load()
-	if w == nil {
-		return false
-	}
-	var users []*Queue
-	for _, d := range w.devices {
-		// Only memory a registry knows is read or written late: a lock-free
-		// lookup spares the queue scan for every other block. Memory one
-		// device pinned is pinned for every device of its plugin (sharedUse),
-		// so the queues of all of them are asked.
-		if d.host || !sharedPinned(d.plugin, p, n) {
-			continue
-		}
-		d.qmu.Lock()
-		for q := range d.queues {
-			users = append(users, q)
-		}
-		d.qmu.Unlock()
-	}
-	// One countdown over the queues that use the range, plus one held until
-	// every queue has its entry, so that free runs once, after the last.
-	left := &atomic.Int64{}
-	left.Store(1)
-	done := func() {
-		if left.Add(-1) == 0 {
-			free()
-		}
-	}
-	for _, q := range users {
-		q.mu.Lock()
-		if (q.closed && !q.held) || !q.usesLocked(p, n) {
-			q.mu.Unlock()
-			continue
-		}
-		left.Add(1)
-		q.appendLocked(pending{fn: done})
-		_, _ = q.queryAndReleaseLocked() // done already: release now; an error keeps it held
-	}
-	if left.Load() == 1 {
-		return false // no queue used it; done was never handed out
-	}
-	done()
-	return true
-}
-
-// While Shutdown holds the world's locks, the functions that destroying its
-// queues releases wait for it to let go of them: a deferred free may give a
-// pinned chunk back, which unlocks it through a device and takes those locks.
-var (
-	holdFns   atomic.Bool
-	heldFnsMu sync.Mutex
-	heldFns   []func()
-)
-
-func runFn(fn func()) {
-	if holdFns.Load() {
-		heldFnsMu.Lock()
-		if holdFns.Load() {
-			heldFns = append(heldFns, fn)
-			heldFnsMu.Unlock()
-			return
-		}
-		heldFnsMu.Unlock()
-	}
-	fn()
-}
-
-// runHeldFns stops holding functions back and runs those held.
-func runHeldFns() {
-	heldFnsMu.Lock()
-	holdFns.Store(false)
-	fns := heldFns
-	heldFns = nil
-	heldFnsMu.Unlock()
-	for _, fn := range fns {
-		fn()
-	}
-}
-
-// syncQueues waits for the work of every open queue and releases what it
-// held, so that the frees waiting on queues are done before Shutdown looks
-// for live pinned blocks. Errors are Close's to report.
-func syncQueues() {
-	w := current.Load()
-	if w == nil {
-		return
-	}
-	for _, d := range w.devices {
-		d.qmu.Lock()
-		qs := make([]*Queue, 0, len(d.queues))
-		for q := range d.queues {
-			qs = append(qs, q)
-		}
-		d.qmu.Unlock()
-		for _, q := range qs {
-			_ = q.Synchronize()
-		}
-	}
 }
 
 // usesLocked reports whether a pending copy of q reads or writes [p, p+n).

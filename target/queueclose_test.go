@@ -1,6 +1,7 @@
 package target
 
 import (
+	"github.com/ompalloc/ompalloc/internal/device"
 	"sync/atomic"
 	"testing"
 
@@ -44,7 +45,7 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 	require.ErrorIs(t, err, ErrWorkPending)
 	require.Zero(t, ran.Load(), "a deferred free does not run while the work may still run")
 	require.Greater(t, d.StagingStats().InUseBytes, inUse, "the staging buffer stays with the work")
-	require.True(t, freeAfterUse(h, n, func() { freed.Add(1) }), "a free of memory the copy writes waits for it")
+	require.True(t, device.FreeAfterUse(h, n, func() { freed.Add(1) }), "a free of memory the copy writes waits for it")
 	require.Zero(t, freed.Load())
 	err = q.Close()
 	require.ErrorIs(t, err, ErrWorkPending, "a second Close does not pretend success")
@@ -56,7 +57,7 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 	require.Equal(t, int32(1), ran.Load())
 	require.Equal(t, int32(1), freed.Load())
 	require.Equal(t, inUse, d.StagingStats().InUseBytes)
-	require.False(t, hostInUse())
+	require.False(t, device.HostInUse())
 	require.NoError(t, q.Close(), "nothing left")
 	d.qmu.Lock()
 	_, open := d.queues[q]

@@ -375,8 +375,10 @@ func BenchmarkSubmit(b *testing.B) {
 			if mode == "pageable" {
 				cfg.Threshold = 0
 			}
-			d := newDevice(0, instantImpl{newFake("bench", 0)}, "fake", false, cfg, 0)
-			defer d.close()
+			withPlugins(b, &fakePlugin{name: "fake", impls: []plugin.Impl{instantImpl{newFake("bench", 0)}}})
+			d, err := Get(0)
+			require.NoError(b, err)
+			d.SetStagingConfig(cfg)
 			q, err := d.NewQueue()
 			require.NoError(b, err)
 			dst, err := d.Alloc(MemDevice, 64)

@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"github.com/ompalloc/ompalloc/internal/device"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
@@ -264,13 +265,16 @@ func (d *Device) checkCopy(what string, dst, src, n uintptr) error {
 
 // pinned reports whether all of [p, p+n) lies in memory the registry knows
 // as pinned for d. Lookups are lock-free and make no driver call.
-func (d *Device) pinned(p, n uintptr) bool {
-	dev, ok := d.reg.Lookup(p)
+func (d *Device) pinned(p, n uintptr) bool { return pinnedRange(d.reg, p, n) }
+
+// pinnedRange reports whether [p, p+n) lies in one entry of reg.
+func pinnedRange(reg *pinreg.Registry, p, n uintptr) bool {
+	dev, ok := reg.Lookup(p)
 	if !ok {
 		return false
 	}
 	if n > 1 {
-		end, ok := d.reg.Lookup(p + n - 1)
+		end, ok := reg.Lookup(p + n - 1)
 		if !ok || end-dev != n-1 {
 			return false
 		}
@@ -419,33 +423,10 @@ func (d *Device) copyMapped(dst, src, n, hostp uintptr, dir plugin.Direction, q 
 // pinned block of another device would hand the block out again under the
 // copy. The lookups are lock-free; no driver call.
 func (d *Device) sharedUse(p, n uintptr, q *Queue) pending {
-	if q == nil || !sharedPinned(d.plugin, p, n) {
+	if q == nil || !device.SharedPinned(d.plugin, p, n) {
 		return pending{}
 	}
 	return pending{use: hostRange{p, n}}
-}
-
-// sharedPinned reports whether a device of plugin has host memory at p or at
-// p+n-1 in its registry (a block that merely holds a pinned range inside,
-// touching neither end, is not looked for: pinned heaps' blocks lie in
-// pinned chunks).
-func sharedPinned(pluginName string, p, n uintptr) bool {
-	w := current.Load()
-	if w == nil {
-		return false
-	}
-	for _, o := range w.devices {
-		if o.host || o.plugin != pluginName {
-			continue
-		}
-		if _, ok := o.reg.Lookup(p); ok {
-			return true
-		}
-		if _, ok := o.reg.Lookup(p + n - 1); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // copy runs one Impl copy, synchronously or on q, handing p to q once the

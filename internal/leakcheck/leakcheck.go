@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/envvar"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/pinned"
 	"github.com/ompalloc/ompalloc/target"
@@ -90,7 +90,7 @@ func (b Baseline) Consistent() error {
 // overlap, but two may share a page).
 func lockedPages(d *target.Device) uintptr {
 	pg := uintptr(os.Getpagesize())
-	tlb := hooks.HugeTLBRanges()
+	tlb := device.HugeTLBRanges()
 	inTLB := func(p uintptr) bool {
 		for _, r := range tlb {
 			if r.Start <= p && p < r.Start+r.Size {

@@ -9,10 +9,10 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
-	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -59,8 +59,10 @@ func (f fakeCUDA) driverState() [5]int {
 	for _, d := range target.Devices() {
 		if d.Plugin() == "cuda" {
 			s[cuLiveHostAlloc] -= d.StagingStats().Buffers
-			if k, ok := hooks.DeviceImpl(d.ID).(interface{ SyncStreams() int }); ok {
-				s[cuLiveStreams] -= k.SyncStreams()
+			if cd, err := device.Get(d.ID); err == nil {
+				if k, ok := cd.Impl().(interface{ SyncStreams() int }); ok {
+					s[cuLiveStreams] -= k.SyncStreams()
+				}
 			}
 		}
 	}

@@ -38,6 +38,8 @@ type fakeImpl struct {
 	failSync      atomic.Bool // queues' Synchronize fails (Destroy then returns at once, its work still queued)
 	failQuery     atomic.Bool // queues' Query fails
 
+	contractBreaks atomic.Int64 // Copy calls the generic layer should have refused (plugin.Impl.Copy)
+
 	gateMu sync.Mutex
 	gate   chan struct{} // while not nil, queue workers wait for it to close
 
@@ -194,8 +196,12 @@ func (f *fakeImpl) isFreed(p uintptr) bool {
 }
 
 func (f *fakeImpl) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
-	if dst == 0 || src == 0 {
-		return fmt.Errorf("fake copy: nil pointer")
+	// plugin.Impl.Copy's contract: the generic layer checked all of this.
+	fq, isFake := q.(*fakeQueue)
+	if n == 0 || dst == 0 || src == 0 || dst+n < dst || src+n < src || dir == plugin.HostToHost ||
+		(q != nil && (!isFake || fq.f != f)) {
+		f.contractBreaks.Add(1)
+		return fmt.Errorf("fake copy %s of %d bytes from %#x to %#x: the generic layer let it through", dir, n, src, dst)
 	}
 	f.mu.Lock()
 	if dst&aliasBit != 0 || src&aliasBit != 0 {

@@ -130,7 +130,7 @@ func memcpyDevices(dst, src, n uintptr, dstDev, srcDev int) (dd, sd *Device, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("memcpy from %w", err)
 	}
-	if dst == 0 || src == 0 {
+	if dst == 0 || src == 0 || wraps(dst, n) || wraps(src, n) {
 		return nil, nil, fmt.Errorf("memcpy of %d bytes from %#x to %#x: %w", n, src, dst, ErrInvalidArgument)
 	}
 	return dd, sd, nil
@@ -257,11 +257,14 @@ func (d *Device) checkCopy(what string, dst, src, n uintptr) error {
 	if err := d.usable(); err != nil {
 		return err
 	}
-	if n == 0 || dst == 0 || src == 0 {
+	if n == 0 || dst == 0 || src == 0 || wraps(dst, n) || wraps(src, n) {
 		return fmt.Errorf("device %d: %s of %d bytes from %#x to %#x: %w", d.ID, what, n, src, dst, ErrInvalidArgument)
 	}
 	return nil
 }
+
+// wraps reports whether [p, p+n) runs past the end of the address space.
+func wraps(p, n uintptr) bool { return p+n < p }
 
 // pinned reports whether all of [p, p+n) lies in memory the registry knows
 // as pinned for d. Lookups are lock-free and make no driver call.

@@ -127,3 +127,50 @@ func TestNoHiddenCallPaths(t *testing.T) {
 	require.ElementsMatch(t, []string{"FreeChecks atomic.Int64", "AllocChecks atomic.Int64"}, vars,
 		"internal/hooks holds the heap's counters only: a function variable there is a hidden call path")
 }
+
+// TestOneRegistrationLinePerVendor keeps adding a GPU vendor to its own
+// folder plus one line of internal/device/vendors.go (issue 28 item 5): no
+// other non-test code imports a vendor's plugin package, but the CUDA-only
+// driver peak of `ompalloc bench` (cmd/ompalloc/peak.go) and the CUDA probe
+// (internal/cmd/gpuprobe), features of that vendor rather than generic
+// logic, which call libcuda through the plugin's one binding (cuda.Bound).
+func TestOneRegistrationLinePerVendor(t *testing.T) {
+	root := filepath.Join("..", "..")
+	vendor := func(p string) bool {
+		return strings.HasPrefix(p, "github.com/ompalloc/ompalloc/internal/plugin/") &&
+			p != "github.com/ompalloc/ompalloc/internal/plugin/host"
+	}
+	allowed := map[string]bool{
+		"internal/device/vendors.go":          true, // the registration list
+		"cmd/ompalloc/peak.go":                true, // CUDA's own peak, a CUDA feature
+		"internal/cmd/gpuprobe/main_linux.go": true, // the CUDA probe
+	}
+	var bad []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(rel, "internal/plugin/") || d.Name() == "testdata" || (path != root && strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir // a vendor's own folder may import itself
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			if vendor(p) && !allowed[rel] {
+				bad = append(bad, rel+" imports "+p)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, bad, "generic code names a vendor: route it through internal/device's vendor list (ARCHITECTURE.md, \"Adding a vendor\")")
+}

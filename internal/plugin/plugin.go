@@ -29,6 +29,17 @@ type Impl interface {
 	// always host addresses, also when the range is locked: the plugin
 	// translates to a device alias itself if its driver needs one (CUDA's
 	// copy calls take host pointers; HSA's want the agent pointer).
+	//
+	// The generic layer (target) checks the arguments once, for every
+	// vendor, and calls Copy only with n > 0, dst and src not nil and
+	// neither range wrapping around the address space, dir HostToDevice,
+	// DeviceToHost or DeviceToDevice (host-to-host copies are memmoves there
+	// and never reach a vendor), and q nil or an open queue that this
+	// device's NewQueue returned (target.Queue's device is checked and its
+	// destruction is ordered after every copy issued on it). A vendor does
+	// not check these again (LLVM's GenericDeviceTy/*Impl split); it only
+	// reaches its own queue type from q, refusing any other with an error
+	// rather than a panic.
 	Copy(dst, src, n uintptr, dir Direction, q QueueImpl) error
 
 	// NewQueue creates an in-order queue of asynchronous work.

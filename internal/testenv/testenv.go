@@ -13,27 +13,27 @@ const Marker = "OMPALLOC_TEST_ENV_NEUTRAL"
 // prefixes of the variables that change what OpenMP runtimes and ompalloc do.
 var prefixes = []string{"OMP_", "OMPALLOC_", "KMP_", "LIBOMPTARGET_", "GOMP_"}
 
-// kept are variables with those prefixes that Neutralize leaves alone:
-// where the drivers are (the GPU bundle points the tests at the machine's
-// libcuda, or the fake in its dry run, this way), and the test run's own
-// switches. OMPALLOC_DISABLE_* are removed: a user who turned a driver off
-// for their programs has not turned it off for the tests, and the tests
-// that load a fake driver must get it.
+// kept are variables with those prefixes that Neutralize leaves alone
+// besides where the drivers are (Kept) and the test run's own switches.
+// OMPALLOC_DISABLE_* are removed: a user who turned a driver off for their
+// programs has not turned it off for the tests, and the tests that load a
+// fake driver must get it.
 var kept = map[string]bool{
-	"OMPALLOC_CUDA_LIBRARY": true,
-	"OMPALLOC_HSA_LIBRARY":  true,
-	"OMPALLOC_REAL_CUDA":    true,
-	"OMPALLOC_REAL_HSA":     true,
-	"OMPALLOC_GPU_DRYRUN":   true,
-	"OMPALLOC_LEAKCHECK":    true,
-	LongEnv:                 true,
-	Marker:                  true,
+	"OMPALLOC_GPU_DRYRUN": true,
+	"OMPALLOC_LEAKCHECK":  true,
+	LongEnv:               true,
+	Marker:                true,
 }
 
-// Kept reports whether Neutralize leaves the variable name alone.
+// Kept reports whether Neutralize leaves the variable name alone. Where
+// each vendor's driver is, OMPALLOC_<VENDOR>_LIBRARY (internal/dl's
+// override) and OMPALLOC_REAL_<VENDOR> (the real library the GPU bundle's
+// tests compare against), is a fact of the machine, kept for every vendor
+// by its name's pattern: a new vendor needs no line here.
 func Kept(name string) bool {
 	return kept[name] || strings.HasSuffix(name, "_CHILD") || strings.HasPrefix(name, "OMPALLOC_TEST_") ||
-		strings.Contains(name, "_TEST_")
+		strings.Contains(name, "_TEST_") || strings.HasPrefix(name, "OMPALLOC_REAL_") ||
+		(strings.HasPrefix(name, "OMPALLOC_") && strings.HasSuffix(name, "_LIBRARY"))
 }
 
 // Settings returns the variables Neutralize would remove from env (in

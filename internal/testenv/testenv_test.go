@@ -13,6 +13,8 @@ func TestSettings(t *testing.T) {
 		"PATH=/bin",
 		"OMPALLOC_CUDA_LIBRARY=/x/libcuda.so.1", // which driver: a fact of the machine
 		"OMPALLOC_REAL_CUDA=/x/libcuda.so.1",
+		"OMPALLOC_NEWGPU_LIBRARY=/x/libnewgpu.so", // any vendor's driver, by the pattern
+		"OMPALLOC_REAL_NEWGPU=/x/libnewgpu.so",
 		"OMPALLOC_LEAKCHECK=1",
 		"OMPALLOC_ALLOC_CHILD=memlock", // a test's own child marker
 		"OMPALLOC_CUDA_TEST_WANT=x",

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
@@ -343,33 +342,21 @@ type span struct {
 }
 
 // Copy copies n bytes with hsa_amd_memory_async_copy, one copy per piece of
-// the host range (see reach); with q == nil it waits for the copy. Host to
-// host is a memmove, after q's earlier work.
+// the host range (see reach); with q == nil it waits for the copy. The
+// arguments were checked by the generic layer (plugin.Impl.Copy's
+// contract): n > 0, no nil or wrapping range, no host-to-host copy, q this
+// device's.
 func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
-	if n == 0 {
-		return nil
-	}
-	if dst == 0 || src == 0 || dst+n < dst || src+n < src {
-		return d.errorf(ErrInvalid, "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
-	}
 	var dq *queue
 	if q != nil {
 		var ok bool
-		if dq, ok = q.(*queue); !ok || dq.d != d {
-			return d.errorf(ErrForeignQueue, "copy %s", dir)
+		if dq, ok = q.(*queue); !ok {
+			return d.errorf(ErrForeignQueue, "copy %s on a queue of another plugin (%T)", dir, q)
 		}
 	}
 	var spans []span
 	var refs loan
 	switch dir {
-	case plugin.HostToHost:
-		if dq != nil {
-			if err := dq.Synchronize(); err != nil {
-				return err
-			}
-		}
-		cmem.Copy(dst, src, n)
-		return nil
 	case plugin.HostToDevice, plugin.DeviceToHost:
 		host := src
 		if dir == plugin.DeviceToHost {

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/internal/warn"
@@ -296,21 +295,20 @@ func (d *device) free(kind plugin.MemKind, p uintptr) error {
 // done and a host-to-device one from pageable memory before the DMA has
 // landed (the driver API's "API synchronization behavior"), and the
 // non-blocking streams of queues do not wait for the legacy stream. LLVM's
-// plugin does the same. Host-to-host copies are memmoves, after q's earlier
-// work has completed.
+// plugin does the same.
+//
+// The arguments were checked by the generic layer (plugin.Impl.Copy's
+// contract): n > 0, no nil pointer, no host-to-host copy, q this device's.
 func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {
-	if n == 0 {
-		return nil
-	}
-	if dst == 0 || src == 0 {
-		return d.opErr(ErrInvalid, "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
-	}
 	var stream uintptr
 	if q != nil {
 		s, ok := q.(*Queue)
-		if !ok || s.d != d {
-			return d.opErr(fmt.Errorf("%w: a queue of another device (%T)", ErrInvalid, q), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
+		if !ok {
+			return d.opErr(fmt.Errorf("%w: a queue of another plugin (%T)", ErrInvalid, q), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 		}
+		// A destroyed stream's handle is 0, which the driver takes for the
+		// legacy default stream (synchronizing with every other stream of
+		// the context): never issue on it by mistake.
 		if stream = s.handle(); stream == 0 {
 			return d.opErr(fmt.Errorf("queue %w", ErrClosed), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 		}
@@ -324,14 +322,6 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		fn, name = d.drv.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync"
 	case plugin.DeviceToDevice:
 		fn, name = d.drv.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync"
-	case plugin.HostToHost:
-		if q != nil {
-			if err := q.Synchronize(); err != nil {
-				return err
-			}
-		}
-		cmem.Copy(dst, src, n)
-		return nil
 	default:
 		return d.opErr(ErrInvalid, "copy in direction %s", dir)
 	}

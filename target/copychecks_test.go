@@ -1,0 +1,65 @@
+package target
+
+import (
+	"testing"
+
+	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/stretchr/testify/require"
+)
+
+// The argument checks of a copy are the generic layer's, once for every
+// vendor (plugin.Impl.Copy's contract): an empty, nil or wrapping range, a
+// queue of another device and a host-to-host copy never reach a vendor's
+// Copy, which no longer checks them itself.
+func TestCopyChecksAreGeneric(t *testing.T) {
+	a, b := newFake("a", 0), newFake("b", 0)
+	withPlugins(t, &fakePlugin{name: "fake", impls: []plugin.Impl{a, b}})
+	d0, err := Get(0)
+	require.NoError(t, err)
+	d1, err := Get(1)
+	require.NoError(t, err)
+	host := InitialDevice()
+	q0, err := d0.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q0.Close() })
+	q1, err := d1.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q1.Close() })
+	dev, err := d0.Alloc(MemDevice, 64)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d0.Free(MemDevice, dev) })
+	h, h2 := hostMem(t, 4096), hostMem(t, 4096)
+	wrap := ^uintptr(0) - 15 // 16 bytes left before the address space ends
+
+	for _, tt := range []struct {
+		name string
+		run  func() error
+	}{
+		{"submit of 0 bytes", func() error { return d0.Submit(dev, h, 0, nil) }},
+		{"submit from nil", func() error { return d0.Submit(dev, 0, 64, q0) }},
+		{"submit to nil", func() error { return d0.Submit(0, h, 64, nil) }},
+		{"submit from a wrapping range", func() error { return d0.Submit(dev, wrap, 64, nil) }},
+		{"submit on another device's queue", func() error { return d0.Submit(dev, h, 64, q1) }},
+		{"retrieve to a wrapping range", func() error { return d0.Retrieve(wrap, dev, 64, q0) }},
+		{"retrieve from nil", func() error { return d0.Retrieve(h, 0, 64, nil) }},
+		{"retrieve on another device's queue", func() error { return d0.Retrieve(h, dev, 64, q1) }},
+		{"exchange of 0 bytes", func() error { return d0.Exchange(dev, dev, 0, q0) }},
+		{"exchange within a wrapping range", func() error { return d0.Exchange(wrap, dev, 64, nil) }},
+		{"exchange on another device's queue", func() error { return d0.Exchange(dev, dev, 64, q1) }},
+		{"memcpy from nil", func() error { return Memcpy(dev, 0, 64, 0, host) }},
+		{"memcpy from a wrapping range", func() error { return Memcpy(dev, wrap, 64, 0, host) }},
+		{"async memcpy on a third device's queue", func() error { return MemcpyAsync(dev, h, 64, 0, host, q1) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorIs(t, tt.run(), ErrInvalidArgument)
+		})
+	}
+
+	// Empty copies between devices and host-to-host copies are done here
+	// without the vendor: nothing, and a memmove after the queue's work.
+	require.NoError(t, Memcpy(dev, h, 0, 0, host))
+	fill(h, 64, 3)
+	require.NoError(t, Memcpy(h2, h, 64, host, host))
+	require.True(t, hasFill(h2, 64, 3))
+	require.Zero(t, a.contractBreaks.Load()+b.contractBreaks.Load(), "a vendor's Copy was called with what the generic layer must refuse")
+}

@@ -24,7 +24,7 @@
 # its tests take the default device for the host, whose pinning is mlock and
 # shows in VmLck; the GPU stays device 0 for the tests that address it):
 #   - the test binaries (internal/plugin/cuda's real-driver test, target, kmp, alloc,
-#     internal/pinreg (the registry), loader, internal/fakedrv; tests that need a C compiler to build
+#     internal/pinreg (the registry), internal/dl, internal/fakedrv; tests that need a C compiler to build
 #     the fake drivers skip, saying so): OUT/tests.log, one line per package;
 #   - `ompalloc info --json`: OUT/info.json;
 #   - `ompalloc bench --json --svg` with OMPALLOC_PINNED_LIMIT=0 (ompalloc's

@@ -176,7 +176,7 @@ func dryRun(t *testing.T, goBin, path, arch, fake string, env []string) {
 	// The fake-driver tests need a compiler, which the host lacks: they
 	// skip and say so; internal/plugin/cuda's real-driver test runs on the "real"
 	// library, here the fake.
-	cuda, err := os.ReadFile(filepath.Join(resOut, "test-target_cuda.log"))
+	cuda, err := os.ReadFile(filepath.Join(resOut, "test-internal_plugin_cuda.log"))
 	require.NoError(t, err)
 	require.Contains(t, string(cuda), "--- PASS: TestRealDriver")
 	require.Contains(t, string(cuda), "no C compiler")

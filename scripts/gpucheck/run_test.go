@@ -191,7 +191,7 @@ func TestRunSummary(t *testing.T) {
 		failedPkgs  []string
 		benchErrors int
 	}{
-		{"healthy", map[string]string{"alloc": pass, "target_cuda": pass}, nil, transfers, 0, 2, []string{}, 0},
+		{"healthy", map[string]string{"alloc": pass, "internal_plugin_cuda": pass}, nil, transfers, 0, 2, []string{}, 0},
 		{"a failing test binary", map[string]string{"alloc": pass, "target": fail}, map[string]int{"target": 1}, transfers, 1, 2, []string{"target"}, 0},
 		{"a failed transfer", map[string]string{"alloc": pass}, nil, withErr("h2d"), 1, 1, []string{}, 1},
 		{"a failed small copy", map[string]string{"alloc": pass}, nil, withErr("small_copy"), 1, 1, []string{}, 1},

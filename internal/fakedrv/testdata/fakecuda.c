@@ -158,6 +158,11 @@
  *                                          "stream:%p" (printf's %p of the
  *                                          CUstream) holds that stream's
  *                                          work alone
+ *   void fakecuda_drain(void)              opens every gate and waits until every
+ *                                          stream (destroyed ones too) has
+ *                                          performed its queued work: a test's
+ *                                          cleanup calls it before freeing host
+ *                                          memory a copy may still read or write
  *   int  fakecuda_gated(void)              calls (and stream workers) waiting at
  *                                          a closed gate
  *   long fakecuda_event_misuse(void)       cuEventDestroy calls of an event a
@@ -446,6 +451,14 @@ API void fakecuda_gate(const char *name, int closed) {
 		snprintf(g_gates[g_ngates++], sizeof g_gates[0], "%s", name);
 	pthread_cond_broadcast(&g_gate_cv);
 	pthread_mutex_unlock(&g_gate_mu);
+}
+
+API void fakecuda_drain(void) {
+	pthread_mutex_lock(&g_gate_mu);
+	g_ngates = 0;
+	pthread_cond_broadcast(&g_gate_cv);
+	pthread_mutex_unlock(&g_gate_mu);
+	drain_all_streams();
 }
 
 API int fakecuda_gated(void) {

@@ -132,8 +132,31 @@ func hostBuf(t *testing.T, n uintptr) (uintptr, []byte) {
 	require.NoError(t, err)
 	p, err := c.Map(n)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Unmap(p, n) })
+	t.Cleanup(func() {
+		// A test that failed may leave copies queued, even held at a gate,
+		// that read or write p: the fake's workers (threads Go does not
+		// know, so a fault there kills the binary without a trace) must be
+		// done with it before it is unmapped.
+		drainFake()
+		_ = c.Unmap(p, n)
+	})
 	return p, cmem.Bytes(p, n)
+}
+
+// drainFake opens the fake driver's gates and waits for every stream's
+// queued work, where the fake is the library loaded (not under the real
+// driver's test).
+func drainFake() {
+	if fakeLib == "" {
+		return
+	}
+	lib, err := dl.Open(dl.Spec{Name: "fake CUDA driver", Candidates: []string{fakeLib}})
+	if err != nil {
+		return
+	}
+	if fn, err := lib.Sym("fakecuda_drain"); err == nil {
+		call(fn)
+	}
 }
 
 // runChild re-runs the test binary for test alone, with env added, and

@@ -48,10 +48,18 @@ func TestRealDriverChild(t *testing.T) {
 	inChild(t)
 	drv, err := defaultDriver.get()
 	require.NoError(t, err, "binding the real driver")
+	// Bound exactly where the library exports the symbol: an optional one
+	// may be absent (the fake driver of the GPU bundle's dry run has no
+	// cuCtxCreate_v2); that Debian's libcuda exports every one is
+	// TestSymbolsExistInRealDriver's question.
 	for _, e := range drv.table() {
-		require.NotZero(t, *e.Addr, "%s did not bind", boundName(e))
 		p, err := drv.lib.Sym(boundName(e))
-		require.NoError(t, err)
+		if err != nil {
+			require.True(t, e.Optional, "%s is required and not exported: %v", boundName(e), err)
+			require.Zero(t, *e.Addr, "%s bound though the library lacks it", boundName(e))
+			t.Logf("optional %s absent from %s", boundName(e), drv.lib.Path)
+			continue
+		}
 		require.Equal(t, p, *e.Addr, "%s bound to another entry point", e.Name)
 	}
 	ver, err := drv.version()

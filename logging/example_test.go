@@ -55,7 +55,7 @@ func ExampleSetLogger_count() {
 
 	kmp.DestroyAllocator(kmp.AllocatorHandle(5001))
 	kmp.DestroyAllocator(kmp.AllocatorHandle(5002))
-	fmt.Println(c.n[logging.KindBadInput], "bad inputs")
+	fmt.Println(c.n["bad_input"], "bad inputs")
 	// Output:
 	// 2 bad inputs
 }

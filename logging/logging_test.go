@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -147,7 +152,7 @@ func TestHookReceivesEveryKind(t *testing.T) {
 		require.NoError(t, err)
 		_ = b.Len()
 	}()
-	for deadline := time.Now().Add(10 * time.Second); len(rec.of(logging.KindUnfreed)) == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); len(rec.of(warn.Unfreed)) == 0 && time.Now().Before(deadline); {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
 	}
@@ -157,14 +162,14 @@ func TestHookReceivesEveryKind(t *testing.T) {
 		sentinel error
 		text     string
 	}{
-		logging.KindEnv:         {[]string{"alloc", "target"}, nil, "OMP_ALLOCATOR"},
-		logging.KindBadInput:    {[]string{"kmp"}, nil, "omp_destroy_allocator"},
-		logging.KindLiveBlocks:  {[]string{"alloc"}, alloc.ErrLiveBlocks, "1 block (64 bytes)"},
-		logging.KindPinFallback: {[]string{"alloc"}, alloc.ErrPinFailed, "unpinned"},
-		logging.KindUnfreed:     {[]string{"alloc"}, nil, "Buffer[float64]"},
+		warn.Env:         {[]string{"alloc", "target"}, nil, "OMP_ALLOCATOR"},
+		warn.BadInput:    {[]string{"kmp"}, nil, "omp_destroy_allocator"},
+		warn.LiveBlocks:  {[]string{"alloc"}, alloc.ErrLiveBlocks, "1 block (64 bytes)"},
+		warn.PinFallback: {[]string{"alloc"}, alloc.ErrPinFailed, "unpinned"},
+		warn.Unfreed:     {[]string{"alloc"}, nil, "Buffer[float64]"},
 	}
 	if !errors.Is(err, alloc.ErrPinFailed) {
-		want[logging.KindDroppedLock] = struct {
+		want[warn.DroppedLock] = struct {
 			pkgs     []string
 			sentinel error
 			text     string
@@ -188,7 +193,7 @@ func TestHookReceivesEveryKind(t *testing.T) {
 		}
 		require.Contains(t, strings.Join(texts, "\n"), w.text)
 	}
-	require.Len(t, rec.of(logging.KindLiveBlocks), 1, "Destroy's report once (kmp does not repeat it)")
+	require.Len(t, rec.of(warn.LiveBlocks), 1, "Destroy's report once (kmp does not repeat it)")
 	require.Empty(t, stderr.String(), "nothing on the default output while a logger is set")
 }
 
@@ -246,13 +251,35 @@ func TestNoWarningBypassesTheHook(t *testing.T) {
 	require.Empty(t, offenders, "these write warnings past the hook (use internal/warn)")
 }
 
-// The public kinds are the ones the packages send.
-func TestKindsMatchTheSenders(t *testing.T) {
-	for pub, sent := range map[string]string{
-		logging.KindEnv: warn.Env, logging.KindBadInput: warn.BadInput, logging.KindLiveBlocks: warn.LiveBlocks,
-		logging.KindPinFallback: warn.PinFallback, logging.KindUnfreed: warn.Unfreed, logging.KindHugeTLB: warn.HugeTLB,
-		logging.KindDroppedLock: warn.DroppedLock, logging.KindDriver: warn.Driver,
-	} {
-		require.Equal(t, pub, sent)
+// The kinds the package doc lists are the ones the packages send: every
+// constant of internal/warn, and no other.
+func TestDocumentedKindsMatchTheSenders(t *testing.T) {
+	fset := token.NewFileSet()
+	doc, err := parser.ParseFile(fset, "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	require.NoError(t, err)
+	_, kinds, ok := strings.Cut(doc.Doc.Text(), "\n# Kinds\n")
+	require.True(t, ok, "the package doc has a Kinds section")
+	var documented []string
+	for _, m := range regexp.MustCompile(`(?m)^  - "([a-z_]+)":`).FindAllStringSubmatch(kinds, -1) {
+		documented = append(documented, m[1])
 	}
+
+	src, err := parser.ParseFile(fset, filepath.Join("..", "internal", "warn", "warn.go"), nil, 0)
+	require.NoError(t, err)
+	var sent []string
+	for _, d := range src.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, spec := range g.Specs {
+				for _, v := range spec.(*ast.ValueSpec).Values {
+					lit, ok := v.(*ast.BasicLit)
+					require.True(t, ok, "warn's kinds are string literals")
+					s, err := strconv.Unquote(lit.Value)
+					require.NoError(t, err)
+					sent = append(sent, s)
+				}
+			}
+		}
+	}
+	require.Len(t, sent, 8, "the walk finds warn's kinds")
+	require.ElementsMatch(t, sent, documented, "go doc ./logging lists every kind a record can carry")
 }

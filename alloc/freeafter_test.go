@@ -79,9 +79,10 @@ func TestFreeAfterChild(t *testing.T) {
 			a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
 			require.NoError(t, err)
 			defer func() { require.NoError(t, a.Destroy()) }()
-			dev, err := d.Alloc(target.MemDevice, n)
+			devMem, err := target.AllocArray[byte](d, target.MemDevice, n)
 			require.NoError(t, err)
-			defer func() { require.NoError(t, d.Free(target.MemDevice, dev)) }()
+			defer func() { require.NoError(t, devMem.Free()) }()
+			dev := uintptr(devMem.Pointer())
 			q, err := d.NewQueue()
 			require.NoError(t, err)
 			defer func() { require.NoError(t, q.Close()) }()
@@ -163,8 +164,9 @@ func TestFreeAfterChild(t *testing.T) {
 					xs[i] = float32(i)
 				}
 				open := holdDeviceWork(t, d.Plugin())
-				arr, err := target.ArrayOf[float32](target.Memory{Device: d, Kind: target.MemDevice, Addr: dev, Size: n})
+				arr, err := target.AllocArray[float32](d, target.MemDevice, n/4)
 				require.NoError(t, err)
+				defer func() { require.NoError(t, arr.Free()) }()
 				require.NoError(t, target.CopyToDevice(arr, xs, q))
 				n0 := a.Stats().BlocksLive
 				require.NoError(t, FreeSliceAfter(xs, q))

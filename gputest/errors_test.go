@@ -69,12 +69,12 @@ func TestDriverErrorMessages(t *testing.T) {
 	steps := []step{
 		{"alloc host", "alloc of 4096 bytes of host memory", [2]string{"cuMemHostAlloc", "hsa_amd_memory_pool_allocate"},
 			func(t *testing.T, d *target.Device, _ *target.Queue) error {
-				_, err := d.AllocMemory(target.MemHost, 4096)
+				_, err := target.AllocArray[byte](d, target.MemHost, 4096)
 				return err
 			}},
 		{"free", "free of device memory at ", [2]string{"cuMemFree", "hsa_amd_memory_pool_free"},
 			func(t *testing.T, d *target.Device, _ *target.Queue) error {
-				m, err := d.AllocMemory(target.MemDevice, 4096)
+				m, err := target.AllocArray[byte](d, target.MemDevice, 4096)
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, m.Free()) }) // the driver kept it
 				return m.Free()

@@ -117,7 +117,7 @@ func driverPoolHammer(t *testing.T, d *Device) {
 					if err != nil {
 						return err
 					}
-					arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: n})
+					arr, err := arrayOf[byte](memory{Device: d, Kind: MemDevice, Addr: p, Size: n})
 					if err != nil {
 						return err
 					}
@@ -176,7 +176,7 @@ func newQueue(t *testing.T, d *Device) *Queue {
 }
 
 func deviceBytes(t *testing.T, d *Device, p uintptr, n int) Array[byte] {
-	arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: uintptr(n)})
+	arr, err := arrayOf[byte](memory{Device: d, Kind: MemDevice, Addr: p, Size: uintptr(n)})
 	require.NoError(t, err)
 	return arr
 }

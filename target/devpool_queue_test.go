@@ -50,7 +50,7 @@ func poolFreeWhileAnotherQueueReads(t *testing.T, d *Device) {
 	require.NoError(t, x.FreeOn(q1))
 	y, err := PoolArray[byte](d, n, q1)
 	require.NoError(t, err)
-	require.NotEqual(t, x.Memory().Addr, y.Memory().Addr, "q1 got the block back while q2 still reads it")
+	require.NotEqual(t, x.m.Addr, y.m.Addr, "q1 got the block back while q2 still reads it")
 	require.NoError(t, CopyToDevice(y, batch2, q1))
 	release()
 	require.NoError(t, q1.Synchronize())
@@ -77,11 +77,11 @@ func poolRecordUse(t *testing.T, d *Device) {
 
 	release := holdWork(t, d)
 	require.NoError(t, CopyToDevice(other, filled(n, 4), q2)) // q2 busy, on other memory: the "kernel"
-	require.NoError(t, q2.RecordUse(x.Memory().Addr+100), "anywhere inside the block")
+	require.NoError(t, q2.RecordUse(x.m.Addr+100), "anywhere inside the block")
 	require.NoError(t, x.FreeOn(q1))
 	y, err := PoolArray[byte](d, n, q1)
 	require.NoError(t, err)
-	require.NotEqual(t, x.Memory().Addr, y.Memory().Addr, "the block waits for the work recorded on q2")
+	require.NotEqual(t, x.m.Addr, y.m.Addr, "the block waits for the work recorded on q2")
 	release()
 	require.NoError(t, q2.Synchronize())
 	require.NoError(t, y.FreeOn(q1))
@@ -94,9 +94,9 @@ func poolRecordUse(t *testing.T, d *Device) {
 	q3, err := d.NewQueue()
 	require.NoError(t, err)
 	require.NoError(t, q3.Close())
-	require.ErrorIs(t, q3.RecordUse(y.Memory().Addr), ErrQueueClosed)
+	require.ErrorIs(t, q3.RecordUse(y.m.Addr), ErrQueueClosed)
 	var nilQ *Queue
-	require.ErrorIs(t, nilQ.RecordUse(y.Memory().Addr), ErrInvalidArgument)
+	require.ErrorIs(t, nilQ.RecordUse(y.m.Addr), ErrInvalidArgument)
 }
 
 // Issue 27 item 6: on a 64 MiB device, 40 MiB allocated and freed, then 48

@@ -36,15 +36,15 @@
 //
 // # Memory without unsafe
 //
-// Device.Alloc returns an address (uintptr), as drivers do. AllocMemory
-// returns a Memory instead (device, kind, address, size): Pointer gives an
-// unsafe.Pointer, and Bytes and Slice[T] give a slice over host-accessible
-// memory (host and shared kinds, and every kind on the host device) with no
-// conversion in the caller's code for go vet to flag; GPU device memory is
-// refused with an error, never handed out as a slice to fault on.
-//
-// Array[T] is a typed view of device memory (AllocArray, ArrayOf, Slice),
-// and CopyToDevice, CopyFromDevice and CopyArray copy []T to, from and
+// Device.Alloc returns an address (uintptr), as drivers do, for
+// Memcpy and the OpenMP-shaped calls. Array[T] is the typed door: n
+// elements of T of a kind on a device (AllocArray; PoolArray from the
+// device's pool), a part of them (Slice), a []T over host-accessible
+// memory (Host: host and shared kinds, and every kind on the host device;
+// GPU device memory is refused with an error, never handed out as a slice
+// to fault on) and an unsafe.Pointer for the device's own code (Pointer),
+// with no conversion in the caller's code for go vet to flag.
+// CopyToDevice, CopyFromDevice and CopyArray copy []T to, from and
 // between devices, synchronously or on a Queue, with no uintptr in the
 // caller's code. A queued copy of a Go slice keeps the slice reachable and
 // in place (runtime.Pinner) until the copy completed.

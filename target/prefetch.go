@@ -39,7 +39,7 @@ type Prefetcher[T any] struct {
 
 type prefetchSlot[T any] struct {
 	host     []T
-	hostMem  Memory
+	hostMem  Array[T]
 	dev      Array[T]
 	began    *Event // recorded before the slot's copy, to time it
 	copied   *Event // the slot's copy completed: the host buffer may be refilled
@@ -135,10 +135,10 @@ func NewPrefetcher[T any](d *Device, buffers, batch int) (*Prefetcher[T], error)
 	for range buffers {
 		s := &prefetchSlot[T]{}
 		p.slots = append(p.slots, s)
-		if s.hostMem, err = d.AllocMemory(MemHost, size); err != nil {
+		if s.hostMem, err = AllocArray[T](d, MemHost, batch); err != nil {
 			break
 		}
-		if s.host, err = Slice[T](s.hostMem); err != nil {
+		if s.host, err = s.hostMem.Host(); err != nil {
 			break
 		}
 		if s.dev, err = AllocArray[T](d, MemDevice, batch); err != nil {
@@ -316,7 +316,7 @@ func (p *Prefetcher[T]) Close() error {
 		if s.dev.m.Addr != 0 {
 			errs = append(errs, s.dev.Free())
 		}
-		if s.hostMem.Addr != 0 {
+		if s.hostMem.m.Addr != 0 {
 			errs = append(errs, s.hostMem.Free())
 		}
 	}

@@ -72,7 +72,7 @@ func tensorPool(t *testing.T, d *Device) {
 	t.Cleanup(func() { require.NoError(t, q.Close()) })
 	p, err := d.PoolAlloc(1<<20, q)
 	require.NoError(t, err)
-	arr, err := ArrayOf[byte](Memory{Device: d, Kind: MemDevice, Addr: p, Size: 1 << 20})
+	arr, err := arrayOf[byte](memory{Device: d, Kind: MemDevice, Addr: p, Size: 1 << 20})
 	require.NoError(t, err)
 	src := make([]byte, 1<<20)
 	src[1<<20-1] = 5

@@ -13,12 +13,13 @@ import (
 	"github.com/ompalloc/ompalloc/internal/heap"
 )
 
-// Array is Len elements of T in memory of a device: a typed view of a
-// Memory, or of a part of one (Slice). T holds no Go pointers. Device
+// Array is Len elements of T in memory of a device (AllocArray,
+// PoolArray), or a part of them (Slice). T holds no Go pointers. Device
 // memory of a GPU is reached only through copies (CopyToDevice,
-// CopyFromDevice, CopyArray); host-accessible memory also through Host.
+// CopyFromDevice, CopyArray) and by the device's own code (Pointer);
+// host-accessible memory also through Host.
 type Array[T any] struct {
-	m Memory
+	m memory
 }
 
 // AllocArray allocates n elements of T of the given kind on d, from the
@@ -33,7 +34,10 @@ func AllocArray[T any](d *Device, kind MemKind, n int) (Array[T], error) {
 	if n <= 0 {
 		return Array[T]{}, fmt.Errorf("%v: an array of %d %v: %w", d, n, typ, ErrInvalidArgument)
 	}
-	m, err := d.AllocMemory(kind, uintptr(n)*sz)
+	if size := uintptr(n) * sz; size/sz != uintptr(n) {
+		return Array[T]{}, fmt.Errorf("%v: an array of %d elements of %d bytes: %w: the size overflows", d, n, sz, ErrInvalidArgument)
+	}
+	m, err := d.allocMemory(kind, uintptr(n)*sz)
 	if err != nil {
 		return Array[T]{}, err
 	}
@@ -63,7 +67,7 @@ func poolArray[T any](d *Device, n int, sz uintptr, q *Queue) (Array[T], error) 
 	if err != nil {
 		return Array[T]{}, err
 	}
-	return Array[T]{m: Memory{Device: d, Kind: MemDevice, Addr: p, Size: size, pool: true}}, nil
+	return Array[T]{m: memory{Device: d, Kind: MemDevice, Addr: p, Size: size, pool: true}}, nil
 }
 
 // FreeOn frees the array in q's order: the work issued on q so far may
@@ -84,12 +88,12 @@ func (a Array[T]) FreeOn(q *Queue) error {
 		return a.m.Device.PoolFree(a.m.Addr, q)
 	}
 	m := a.m
-	return q.OnDone(func() { _ = m.Free() })
+	return q.OnDone(func() { _ = m.free() })
 }
 
-// ArrayOf views m as an Array of T. Its size must be a whole number of
+// arrayOf views m as an Array of T. Its size must be a whole number of
 // elements, and T must hold no Go pointers.
-func ArrayOf[T any](m Memory) (Array[T], error) {
+func arrayOf[T any](m memory) (Array[T], error) {
 	typ, sz, err := elemType[T]()
 	if err != nil {
 		return Array[T]{}, err
@@ -130,8 +134,12 @@ func (a Array[T]) Len() int {
 // Device is the device whose memory it is.
 func (a Array[T]) Device() *Device { return a.m.Device }
 
-// Memory is the memory the array views.
-func (a Array[T]) Memory() Memory { return a.m }
+// Pointer returns the address of the first element as an unsafe.Pointer,
+// for the device's own code (a kernel's argument, C code, Queue.RecordUse
+// as a uintptr): the device's address for device memory, the host's for
+// host and shared memory. Device memory on a GPU is not host memory: never
+// dereference it; Host says whether the host may.
+func (a Array[T]) Pointer() unsafe.Pointer { return cmem.Ptr(a.m.Addr) }
 
 // Slice returns elements [i, j) as an Array over the same memory, as a[i:j]
 // does for a slice.
@@ -150,12 +158,12 @@ func (a Array[T]) Slice(i, j int) (Array[T], error) {
 // of it). A pool array goes back to the pool without a queue: it is handed
 // out again once the work issued so far on every queue of the device has
 // completed; the host does not wait.
-func (a Array[T]) Free() error { return a.m.Free() }
+func (a Array[T]) Free() error { return a.m.free() }
 
 // Host returns the elements as a []T when the host may touch them (host
 // and shared memory, any memory of the host device); GPU device memory is
 // an error (ErrInvalidArgument).
-func (a Array[T]) Host() ([]T, error) { return Slice[T](a.m) }
+func (a Array[T]) Host() ([]T, error) { return hostSlice[T](a.m) }
 
 // String describes the array for errors.
 func (a Array[T]) String() string {

@@ -16,7 +16,7 @@ func TestArrayChecks(t *testing.T) {
 	require.ErrorContains(t, err, "holds Go pointers")
 	_, err = AllocArray[float32](d, MemDevice, 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = ArrayOf[float64](Memory{Device: d, Addr: 4096, Size: 12})
+	_, err = arrayOf[float64](memory{Device: d, Addr: 4096, Size: 12})
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "not a whole number of 8-byte elements")
 
@@ -31,7 +31,7 @@ func TestArrayChecks(t *testing.T) {
 	part, err := a.Slice(10, 20)
 	require.NoError(t, err)
 	require.Equal(t, 10, part.Len())
-	require.Equal(t, a.Memory().Addr+40, part.Memory().Addr)
+	require.Equal(t, a.m.Addr+40, part.m.Addr)
 
 	err = CopyToDevice(a, make([]int32, 99), nil)
 	require.ErrorIs(t, err, ErrInvalidArgument)
@@ -39,7 +39,7 @@ func TestArrayChecks(t *testing.T) {
 	require.ErrorIs(t, CopyFromDevice(make([]int32, 5), part, nil), ErrInvalidArgument)
 	require.ErrorIs(t, CopyArray(a, part, nil), ErrInvalidArgument)
 	require.ErrorIs(t, CopyToDevice(Array[int32]{}, nil, nil), ErrInvalidArgument)
-	require.NoError(t, CopyToDevice(Array[int32]{m: Memory{Device: d, Addr: 1}}, nil, nil), "nothing to copy")
+	require.NoError(t, CopyToDevice(Array[int32]{m: memory{Device: d, Addr: 1}}, nil, nil), "nothing to copy")
 }
 
 func TestTypedRoundTrip(t *testing.T) {

@@ -107,11 +107,11 @@ func run(ctx context.Context, d *target.Device, buffers int, compute *target.Que
 // back to back on an idle queue, between two events. It returns 0 where
 // the driver times no events.
 func peak(ctx context.Context, d *target.Device) (time.Duration, error) {
-	host, err := d.AllocMemory(target.MemHost, elems*4)
+	host, err := target.AllocArray[float32](d, target.MemHost, elems)
 	if err != nil {
 		return 0, err
 	}
-	src, err := target.Slice[float32](host)
+	src, err := host.Host()
 	if err != nil {
 		return 0, errors.Join(err, host.Free())
 	}

@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -208,7 +209,7 @@ func initPredefined() {
 	handles.Publish(make([]*handles.Head, firstRuntimeHandle+64))
 	for _, h := range predef.Handles() {
 		ms, _ := predef.Memspace(h)
-		set := traits.Defaults()
+		set, _ := traits.FromList(nil) // no traits: the defaults, never an error
 		switch Handle(h) {
 		case cgroupMem:
 			set.Access = traits.Cgroup
@@ -243,7 +244,7 @@ func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 	a.shards.init()
 	a.shards.t.SetOwner(unsafe.Pointer(a)) // heap.Free names the block's allocator through its tally
 	switch {
-	case ms.IsRuntime():
+	case !slices.Contains(memspace.All(), ms): // made at run time (NewFromTraits checked it exists)
 		if err := a.buildOnDevices(ms, set); err != nil {
 			return nil, err
 		}

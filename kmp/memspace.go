@@ -1,6 +1,7 @@
 package kmp
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/ompalloc/ompalloc/alloc"
@@ -15,7 +16,7 @@ import (
 
 func devicesMemspace(fn string, devs []int, ms MemspaceHandle, host bool) MemspaceHandle {
 	base := memspace.ID(ms)
-	if !base.Valid() {
+	if !slices.Contains(memspace.All(), base) {
 		warnf("%s: %#x is not a predefined memory space", fn, uintptr(ms))
 		return NullMemSpace
 	}
@@ -130,7 +131,7 @@ func GetDevicesAllAllocator(ms MemspaceHandle) AllocatorHandle {
 // included) it spans.
 func GetMemspaceNumResources(ms MemspaceHandle) int {
 	id := memspace.ID(ms)
-	if id.Valid() {
+	if slices.Contains(memspace.All(), id) {
 		if id.IsTarget() {
 			return 1
 		}
@@ -153,7 +154,7 @@ func GetMemspaceNumResources(ms MemspaceHandle) int {
 // host sub-memory space binds its memory to those nodes.
 func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 	id := memspace.ID(ms)
-	if id.Valid() && id.IsTarget() {
+	if id.IsTarget() {
 		for _, r := range resources {
 			if r != 0 {
 				warnf("omp_get_submemspace: resource %d out of range [0, 1) of %v", r, id)
@@ -162,7 +163,7 @@ func GetSubmemspace(ms MemspaceHandle, resources []int) MemspaceHandle {
 		}
 		return ms
 	}
-	if id.Valid() {
+	if slices.Contains(memspace.All(), id) {
 		nodes, _, _ := memspace.Placement(id)
 		return subNodes(id, nodes, resources)
 	}

@@ -7,21 +7,21 @@
 // inuse_space) and each sample labelled by allocator, memory space and
 // pinned-ness:
 //
-//	memprof.SetRate(memprof.DefaultRate) // one sample per 512 KiB on average
+//	memprof.SetRate(512 << 10) // one sample per 512 KiB on average, as Go's heap profile
 //	http.Handle("/debug/pprof/ompalloc", memprof.Handler())
 //
 //	go tool pprof http://localhost:6060/debug/pprof/ompalloc
 //	(pprof) top -tagfocus=pinned=true
 //
-// Sampling works as Go's heap profiler does: one allocation per Rate bytes
+// Sampling works as Go's heap profiler does: one allocation per rate bytes
 // on average, the distance to the next sample drawn from an exponential
 // distribution and counted down per P, the stack recorded with
 // runtime.Callers, and the figures scaled up by the chance each sampled
-// block had of being sampled. Off (Rate 0, the default) the allocation path
-// reads one flag and the free path one counter; on at DefaultRate a 64 B
+// block had of being sampled. Off (rate 0, the default) the allocation path
+// reads one flag and the free path one counter; on at 512 KiB a 64 B
 // allocation adds a countdown in its P's slot, kept in the pinned section
 // that takes the block (see the README for the measured cost). Rate 1
-// samples every allocation.
+// samples every allocation; SetRate returns the rate it replaced.
 //
 // Importing the package also publishes the pinned pools' figures as the
 // expvar variable "ompalloc" (locked, idle, chunks, lock calls, far

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ompalloc/ompalloc/alloc"
@@ -20,17 +21,22 @@ import (
 	"github.com/ompalloc/ompalloc/target"
 )
 
-// DefaultRate is Go's own runtime.MemProfileRate: one sample per 512 KiB
-// allocated, on average.
-const DefaultRate = 512 << 10
-
 // SetRate turns sampling on with one sample per rate bytes allocated on
-// average (1: every allocation), or off with 0. Blocks already sampled stay
-// in the profile until they are freed.
-func SetRate(rate int) { memsample.SetRate(rate) }
+// average (1: every allocation; 512 << 10 is Go's own default
+// runtime.MemProfileRate), or off with 0 (a negative rate is 0), and
+// returns the rate it replaced (0: it was off), so that a caller can put
+// it back. Blocks already sampled stay in the profile until they are freed.
+func SetRate(rate int) (old int) {
+	rateMu.Lock()
+	defer rateMu.Unlock()
+	old = memsample.Rate()
+	memsample.SetRate(rate)
+	return old
+}
 
-// Rate returns the sampling rate (0: off).
-func Rate() int { return memsample.Rate() }
+// rateMu orders SetRate's calls, so that each returns the rate the one
+// before it set.
+var rateMu sync.Mutex
 
 // WriteHeapProfile writes the sampled blocks as a gzip-compressed pprof
 // profile (profile.proto), as runtime/pprof writes Go's heap profile:
@@ -330,7 +336,7 @@ func init() {
 	expvar.Publish("ompalloc", expvar.Func(func() any {
 		return map[string]any{
 			"pinned":        alloc.ReadPinnedStats(),
-			"profile_rate":  Rate(),
+			"profile_rate":  memsample.Rate(),
 			"device_memory": deviceMemory(),
 		}
 	}))

@@ -29,8 +29,7 @@ import (
 
 // withRate sets the sampling rate for one test.
 func withRate(t *testing.T, rate int) {
-	old := memprof.Rate()
-	memprof.SetRate(rate)
+	old := memprof.SetRate(rate)
 	t.Cleanup(func() { memprof.SetRate(old) })
 }
 
@@ -123,7 +122,7 @@ func TestProfileReadByPprof(t *testing.T) {
 // in 1 KiB blocks reads as 64 MiB within a few percent (about 128 samples:
 // the estimate's standard deviation is about 9%, so the bound is 35%).
 func TestSampledEstimate(t *testing.T) {
-	withRate(t, memprof.DefaultRate)
+	withRate(t, 512<<10) // Go's default runtime.MemProfileRate
 	a, err := alloc.New(memspace.Default)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Destroy() })
@@ -218,4 +217,14 @@ func requireSample(t *testing.T, raw string, ao, ab, io, ib int, msg ...any) {
 	t.Helper()
 	re := regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s+%d\s+%d\s+%d:`, ao, ab, io, ib))
 	require.Regexp(t, re, raw, msg...)
+}
+
+// SetRate returns the rate it replaced, which puts it back: the one door
+// to read the rate (a negative rate is 0, off).
+func TestSetRateReturnsTheOld(t *testing.T) {
+	old := memprof.SetRate(7)
+	t.Cleanup(func() { memprof.SetRate(old) })
+	require.Equal(t, 7, memprof.SetRate(9))
+	require.Equal(t, 9, memprof.SetRate(-1))
+	require.Equal(t, 0, memprof.SetRate(0), "a negative rate turned sampling off")
 }

@@ -68,7 +68,7 @@ func describe(id ID, top *numa.Topology) Backing {
 			b.Kind = "host"
 			b.BackedBy = d.Base
 			b.Memory = fmt.Sprintf("%v memory on NUMA nodes %s", d.Base, numa.FormatList(d.Nodes))
-		} else if id.IsRuntime() {
+		} else if id.runtimeRange() {
 			b.Memory = "a memory space made at run time; ask the runtime that made it"
 		} else {
 			b.Memory = "not a memory space"

@@ -41,7 +41,7 @@ var (
 // empty; their validity is the caller's to check (package memspace does not
 // know the devices).
 func OnDevices(base ID, devices []int, host bool) (ID, error) {
-	if !base.Valid() {
+	if !base.predefinedSpace() {
 		return Null, fmt.Errorf("memory space %v is not a predefined memory space", base)
 	}
 	devs := slices.Clone(devices)
@@ -69,7 +69,7 @@ func register(d Devices) ID {
 
 // DevicesOf returns what a runtime-made memory space stands for.
 func DevicesOf(id ID) (Devices, bool) {
-	if !id.IsRuntime() {
+	if !id.runtimeRange() {
 		return Devices{}, false
 	}
 	runtimeMu.Lock()
@@ -86,7 +86,7 @@ func DevicesOf(id ID) (Devices, bool) {
 
 // Exists reports whether id is a predefined or runtime-made memory space.
 func (id ID) Exists() bool {
-	if id.Valid() {
+	if id.predefinedSpace() {
 		return true
 	}
 	_, ok := DevicesOf(id)

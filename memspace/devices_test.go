@@ -12,9 +12,9 @@ func TestOnDevicesIdenticalRequestsShareAHandle(t *testing.T) {
 	b, err := OnDevices(TargetDevice, []int{0, 1}, false)
 	require.NoError(t, err)
 	require.Equal(t, a, b)
-	require.True(t, a.IsRuntime())
+	require.True(t, a.runtimeRange())
 	require.True(t, a.Exists())
-	require.False(t, a.Valid(), "not a predefined memory space")
+	require.False(t, a.predefinedSpace(), "not a predefined memory space")
 
 	c, err := OnDevices(TargetDevice, []int{0, 1}, true)
 	require.NoError(t, err)

@@ -41,7 +41,7 @@
 // OpenMP 6.0 adds memory spaces made at run time (for example by
 // omp_get_device_memspace). Their handles are allocated by the runtime from
 // 0x1000 upwards; values below it are reserved for the
-// predefined memory spaces of omp.h. This package only names the predefined
-// ones: Valid reports false for a runtime-made handle, and IsRuntime tells the
-// two ranges apart.
+// predefined memory spaces of omp.h. All lists the predefined ones;
+// OnDevices and OnNodes make the others, and DevicesOf describes one;
+// Exists reports whether a handle is either.
 package memspace

@@ -50,7 +50,7 @@ func (id ID) String() string {
 			return p.name
 		}
 	}
-	if id.IsRuntime() {
+	if id.runtimeRange() {
 		return fmt.Sprintf("memspace(runtime %#x)", uintptr(id))
 	}
 	return fmt.Sprintf("memspace(%d)", uintptr(id))
@@ -59,7 +59,7 @@ func (id ID) String() string {
 // ByName returns the memory space with the given omp.h name. The match is
 // exact (case-sensitive); callers parsing environment variables, whose values
 // OpenMP makes case-insensitive, lower-case first. omp_null_mem_space is found
-// too, but it is not Valid.
+// too, but it is no memory space (not in All, not Exists).
 func ByName(name string) (ID, bool) {
 	if name == nullName {
 		return Null, true
@@ -72,9 +72,9 @@ func ByName(name string) (ID, bool) {
 	return Null, false
 }
 
-// Valid reports whether id is one of the predefined memory spaces (not Null,
-// not a runtime-made one).
-func (id ID) Valid() bool {
+// predefinedSpace reports whether id is one of the predefined memory spaces
+// (not Null, not a runtime-made one): one of All's.
+func (id ID) predefinedSpace() bool {
 	for _, p := range predefined {
 		if p.id == id {
 			return true
@@ -89,9 +89,9 @@ func (id ID) IsTarget() bool {
 	return id == TargetHost || id == TargetShared || id == TargetDevice
 }
 
-// IsRuntime reports whether id lies in the range reserved for memory spaces
-// made at run time.
-func (id ID) IsRuntime() bool { return id >= firstRuntime }
+// runtimeRange reports whether id lies in the range reserved for memory
+// spaces made at run time.
+func (id ID) runtimeRange() bool { return id >= firstRuntime }
 
 // All returns the predefined memory spaces, default first, then the other
 // host ones, then the target ones. The slice is new on each call.

@@ -50,7 +50,7 @@ func placement(id ID, top *numa.Topology) ([]int, bool, string) {
 // requests give the same handle. base must be a predefined host memory
 // space; the nodes must be among those that back it.
 func OnNodes(base ID, nodes []int) (ID, error) {
-	if !base.Valid() || base.IsTarget() {
+	if !base.predefinedSpace() || base.IsTarget() {
 		return Null, fmt.Errorf("memory space %v is not a predefined host memory space", base)
 	}
 	ns := slices.Clone(nodes)

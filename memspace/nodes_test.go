@@ -85,7 +85,7 @@ func TestOnNodes(t *testing.T) {
 	fixture(t, "xeon-max-flat")
 	sub, err := OnNodes(HighBw, []int{3})
 	require.NoError(t, err)
-	require.True(t, sub.IsRuntime())
+	require.True(t, sub.runtimeRange())
 	again, err := OnNodes(HighBw, []int{3, 3})
 	require.NoError(t, err)
 	require.Equal(t, sub, again)

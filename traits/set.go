@@ -51,12 +51,12 @@ type Set struct {
 	PartitionerArg  uintptr      // handed to the partitioner's compute routine
 }
 
-// Defaults returns the traits of an allocator made with no traits, as LLVM
-// sets them: sync_hint contended, alignment 1, access all, no pool,
+// defaults returns the traits of an allocator made with no traits (what
+// FromList(nil) returns), as LLVM sets them: sync_hint contended, alignment 1, access all, no pool,
 // fallback default_mem_fb (retry on omp_default_mem_alloc; FbData 0), not
 // pinned, partition environment, default device, device_access memspace,
 // target_access single, atomic_scope device.
-func Defaults() Set {
+func defaults() Set {
 	return Set{
 		SyncHint:        Contended,
 		Alignment:       1,
@@ -180,7 +180,7 @@ func check(k Key, v uintptr) error {
 // allocator table and are checked by package alloc. Errors are *TraitError
 // and wrap ErrInvalidTrait.
 func FromList(ts []Trait) (Set, error) {
-	s := Defaults()
+	s := defaults()
 	for _, t := range ts {
 		if t.Value == Default {
 			if _, ok := ruleOf(t.Key); !ok {
@@ -251,7 +251,7 @@ func (s *Set) set(k Key, v uintptr) {
 
 // reset puts one key back to its default.
 func (s *Set) reset(k Key) {
-	d := Defaults()
+	d := defaults()
 	switch k {
 	case SyncHint:
 		s.SyncHint = d.SyncHint
@@ -289,10 +289,11 @@ func (s *Set) reset(k Key) {
 }
 
 // Traits returns the shortest list, in key order, that FromList turns back
-// into s: one trait per field that differs from Defaults. It is meant for a
+// into s: one trait per field that differs from the defaults
+// (FromList(nil)). It is meant for a
 // Set that FromList produced.
 func (s Set) Traits() []Trait {
-	d := Defaults()
+	d := defaults()
 	var ts []Trait
 	add := func(differs bool, k Key, v uintptr) {
 		if differs {

@@ -84,8 +84,10 @@ func TestFallbackModeString(t *testing.T) {
 	require.Equal(t, "FallbackMode(3)", traits.FallbackMode(3).String())
 }
 
+// No traits: LLVM's defaults.
 func TestDefaults(t *testing.T) {
-	d := traits.Defaults()
+	d, err := traits.FromList(nil)
+	require.NoError(t, err)
 	require.Equal(t, traits.Set{
 		SyncHint:        traits.Contended,
 		Alignment:       1,
@@ -117,7 +119,7 @@ func TestFromListPerKey(t *testing.T) {
 	type tc struct {
 		name  string
 		trait traits.Trait
-		want  func(*traits.Set) // edits Defaults() into the expected Set; nil = error expected
+		want  func(*traits.Set) // edits the defaults (FromList(nil)) into the expected Set; nil = error expected
 	}
 	tr := func(k traits.Key, v uintptr) traits.Trait { return traits.Trait{Key: k, Value: v} }
 	cases := []tc{
@@ -217,7 +219,8 @@ func TestFromListPerKey(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			want := traits.Defaults()
+			want, err := traits.FromList(nil)
+			require.NoError(t, err)
 			c.want(&want)
 			require.Equal(t, want, s)
 		})
@@ -228,7 +231,9 @@ func TestDefaultValueResetsEveryKey(t *testing.T) {
 	for k := traits.SyncHint; k <= traits.PartitionerArg; k++ {
 		s, err := traits.FromList([]traits.Trait{{Key: k, Value: traits.Default}})
 		require.NoError(t, err, "%v", k)
-		require.Equal(t, traits.Defaults(), s, "%v", k)
+		d, err := traits.FromList(nil)
+		require.NoError(t, err)
+		require.Equal(t, d, s, "%v", k)
 	}
 	// Default after a real value puts the default back.
 	s, err := traits.FromList([]traits.Trait{

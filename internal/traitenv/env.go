@@ -99,14 +99,14 @@ func ParseEnv(value string) (EnvSpec, error) {
 			ms, _ := predef.Memspace(h)
 			return EnvSpec{Allocator: h, Memspace: ms}, nil
 		}
-		if ms, ok := memspace.ByName(name); ok && ms.Valid() {
+		if ms, ok := memspace.ByName(name); ok && ms != memspace.Null {
 			h, _ := predef.ForMemspace(ms)
 			return EnvSpec{Allocator: h, Memspace: ms}, nil
 		}
 		return fail(nil, "unknown allocator or memory space %q", head)
 	}
 	ms, ok := memspace.ByName(name)
-	if !ok || !ms.Valid() {
+	if !ok || ms == memspace.Null {
 		if _, isAlloc := predef.ByName(name); isAlloc {
 			return fail(nil, "traits follow a memory space, not an allocator: %q", head)
 		}

@@ -3,10 +3,12 @@ package traitenv_test
 import (
 	"encoding/binary"
 	"math/bits"
+	"slices"
 	"testing"
 
 	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/traitenv"
+	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
 
@@ -40,7 +42,7 @@ func FuzzParseEnv(f *testing.F) {
 			}
 			return
 		}
-		if !spec.Memspace.Valid() {
+		if !slices.Contains(memspace.All(), spec.Memspace) {
 			t.Fatalf("%q: accepted with invalid memory space %v", value, spec.Memspace)
 		}
 		if (spec.Allocator == 0) == (len(spec.Traits) == 0) {

@@ -102,13 +102,13 @@ func TestFreeAfterChild(t *testing.T) {
 			t.Run("free right after a copy from it", func(t *testing.T) {
 				src := block()
 				want := fill(src, 1)
-				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				require.NoError(t, target.MemcpyAsync(dev, uintptr(ptr(src)), n, d.ID, target.InitialDevice(), q))
 				require.NoError(t, Free(ptr(src)), "freed while the copy reads it")
 				next := block() // the heap would hand the same slot out again
 				fill(next, 2)
 				require.NoError(t, q.Synchronize())
 				back := make([]byte, n)
-				require.NoError(t, d.Retrieve(uintptr(unsafe.Pointer(&back[0])), dev, n, nil))
+				require.NoError(t, target.Memcpy(uintptr(unsafe.Pointer(&back[0])), dev, n, target.InitialDevice(), d.ID))
 				require.True(t, bytes.Equal(want, back), "the device got what the block held when the copy was submitted")
 				_, err := blockSize(ptr(src))
 				require.ErrorIs(t, err, ErrDoubleFree, "freed once the copy completed")
@@ -118,9 +118,9 @@ func TestFreeAfterChild(t *testing.T) {
 			t.Run("free right after a copy into it", func(t *testing.T) {
 				staging := block()
 				want := fill(staging, 3)
-				require.NoError(t, d.Submit(dev, uintptr(ptr(staging)), n, nil))
+				require.NoError(t, target.Memcpy(dev, uintptr(ptr(staging)), n, d.ID, target.InitialDevice()))
 				dst := block()
-				require.NoError(t, d.Retrieve(uintptr(ptr(dst)), dev, n, q))
+				require.NoError(t, target.MemcpyAsync(uintptr(ptr(dst)), dev, n, target.InitialDevice(), d.ID, q))
 				require.NoError(t, Free(ptr(dst)), "freed while the copy writes it")
 				next := block()
 				mine := fill(next, 4)
@@ -135,7 +135,7 @@ func TestFreeAfterChild(t *testing.T) {
 				src := block()
 				want := fill(src, 5)
 				open := holdDeviceWork(t, d.Plugin())
-				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				require.NoError(t, target.MemcpyAsync(dev, uintptr(ptr(src)), n, d.ID, target.InitialDevice(), q))
 				require.NoError(t, FreeAfter(ptr(src), q))
 				require.ErrorIs(t, Free(ptr(src)), ErrDoubleFree, "its free already waits")
 				require.ErrorIs(t, FreeAfter(ptr(src), q), ErrDoubleFree)
@@ -150,7 +150,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.NoError(t, q.Synchronize())
 				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed by the Synchronize that found the copy done")
 				back := make([]byte, n)
-				require.NoError(t, d.Retrieve(uintptr(unsafe.Pointer(&back[0])), dev, n, nil))
+				require.NoError(t, target.Memcpy(uintptr(unsafe.Pointer(&back[0])), dev, n, target.InitialDevice(), d.ID))
 				require.True(t, bytes.Equal(want, back), "src %p next %p want %x got %x", ptr(src), ptr(next), want[:8], back[:8])
 				require.NoError(t, Free(ptr(next)))
 			})
@@ -188,7 +188,7 @@ func TestFreeAfterChild(t *testing.T) {
 				}
 				src := block()
 				fill(src, 7)
-				require.NoError(t, d.Submit(dev, uintptr(ptr(src)), n, q))
+				require.NoError(t, target.MemcpyAsync(dev, uintptr(ptr(src)), n, d.ID, target.InitialDevice(), q))
 				n0 := a.Stats().BlocksLive
 				t.Setenv("FAKECUDA_FAIL", "cuStreamQuery")
 				require.NoError(t, FreeAfter(ptr(src), q), "taken by the queue: an error would make the caller free it twice")
@@ -245,7 +245,7 @@ func TestFreeAfterChild(t *testing.T) {
 		require.NoError(t, err)
 		q, err := d.NewQueue()
 		require.NoError(t, err)
-		require.NoError(t, d.Submit(dev, uintptr(p), n, q))
+		require.NoError(t, target.MemcpyAsync(dev, uintptr(p), n, d.ID, target.InitialDevice(), q))
 		require.NoError(t, Free(p))
 		require.Equal(t, int64(1), a.Stats().BlocksLive, "waits for the copy")
 		_ = dev // Shutdown frees it, after the copy
@@ -310,9 +310,9 @@ func TestFreeAfterCrossDeviceChild(t *testing.T) {
 
 	src := make([]byte, n)
 	fill(src, 1)
-	require.NoError(t, d1.Submit(dev, uintptr(unsafe.Pointer(&src[0])), n, nil))
+	require.NoError(t, target.Memcpy(dev, uintptr(unsafe.Pointer(&src[0])), n, d1.ID, target.InitialDevice()))
 	dst := block()
-	require.NoError(t, d1.Retrieve(uintptr(ptr(dst)), dev, n, q))
+	require.NoError(t, target.MemcpyAsync(uintptr(ptr(dst)), dev, n, target.InitialDevice(), d1.ID, q))
 	require.NoError(t, Free(ptr(dst)), "freed while device 1's copy writes it")
 	next := block() // the heap would hand the same slot out again
 	mine := fill(next, 2)

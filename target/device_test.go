@@ -298,9 +298,9 @@ func TestQueueOfAnotherDevice(t *testing.T) {
 	dst, err := a.Alloc(MemDevice, 8)
 	require.NoError(t, err)
 	src := hostMem(t, 8)
-	require.ErrorIs(t, a.Submit(dst, src, 8, q), ErrInvalidArgument)
+	require.ErrorIs(t, a.submit(dst, src, 8, q), ErrInvalidArgument)
 	require.NoError(t, q.Close())
-	require.ErrorIs(t, b.Submit(dst, src, 8, q), ErrQueueClosed)
+	require.ErrorIs(t, b.submit(dst, src, 8, q), ErrQueueClosed)
 }
 
 func TestLockMappedHostBuffers(t *testing.T) {
@@ -330,7 +330,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 			fill(src, n, 3)
 
 			f.holdWork()
-			err = d.Submit(dst, src, n, q)
+			err = d.submit(dst, src, n, q)
 			if tt.wantErr {
 				f.release()
 				require.Error(t, err)
@@ -349,7 +349,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 
 			// Synchronously, back.
 			back := hostMem(t, n)
-			require.NoError(t, d.Retrieve(back, dst, n, nil))
+			require.NoError(t, d.retrieve(back, dst, n, nil))
 			require.True(t, hasFill(back, n, 3))
 			locks, unlocks, _, _ = f.counts()
 			require.Equal(t, 2*tt.wantLocks, locks)
@@ -378,8 +378,8 @@ func TestHostDeviceTransfers(t *testing.T) {
 	require.NoError(t, err)
 	src := hostMem(t, 256)
 	fill(src, 256, 9)
-	require.NoError(t, d.Submit(a, src, 256, q))
-	require.NoError(t, d.Exchange(b, a, 256, q))
+	require.NoError(t, d.submit(a, src, 256, q))
+	require.NoError(t, d.exchange(b, a, 256, q))
 	done, err := q.Query()
 	require.NoError(t, err)
 	require.True(t, done)

@@ -13,8 +13,8 @@ package target
 // queues a free waits for. Otherwise (older CUDA drivers, HSA) the pool is
 // the size-class cache here, under the same rule:
 //
-//   - every copy ompalloc queues on a block (Submit, Retrieve, Exchange,
-//     Memcpy, the typed copies, omp_target_memset) records its queue on the
+//   - every copy ompalloc queues on a block (Memcpy,
+//     MemcpyAsync, the typed copies, omp_target_memset) records its queue on the
 //     block, and Queue.RecordUse records work ompalloc did not issue (a
 //     user's kernel); PyTorch leaves that to the user (record_stream), and
 //     a forgotten call there hands the block to the next tensor while the

@@ -107,7 +107,7 @@
 // staging buffer, so the driver takes its fast pinned path and the caller
 // may reuse its memory at once. A buffer moves through four states:
 //
-//	free in the pool ──Submit takes it──▶ filled (the bytes are copied in)
+//	free in the pool ──a copy takes it──▶ filled (the bytes are copied in)
 //	filled ──the async copy reading it is issued──▶ in flight on the queue
 //	in flight ──Synchronize, or a Query that finds the queue idle──▶ recycled
 //	                                   (back in the pool, or freed if full)

@@ -50,7 +50,7 @@ func hook(t *testing.T, lib, name string) uintptr {
 func readBack(t *testing.T, d *Device, p, n uintptr) uintptr {
 	t.Helper()
 	h := hostMem(t, n)
-	require.NoError(t, d.Retrieve(h, p, n, nil))
+	require.NoError(t, d.retrieve(h, p, n, nil))
 	return h
 }
 
@@ -120,10 +120,10 @@ func TestFakeDriversChild(t *testing.T) {
 		q, err := d2.NewQueue()
 		require.NoError(t, err)
 		fill(h+100, 1000, 91)
-		require.NoError(t, d2.Submit(dev, h+100, 1000, q))
+		require.NoError(t, d2.submit(dev, h+100, 1000, q))
 		require.NoError(t, q.Synchronize())
 		clearMem(h+100, 1000)
-		require.NoError(t, d2.Retrieve(h+100, dev, 1000, q))
+		require.NoError(t, d2.retrieve(h+100, dev, 1000, q))
 		require.NoError(t, q.Synchronize())
 		require.True(t, hasFill(h+100, 1000, 91))
 		require.Equal(t, calls, lockCalls(), "no hsa_amd_memory_lock for copies of locked memory")
@@ -144,11 +144,11 @@ func TestFakeDriversChild(t *testing.T) {
 		q, err := d2.NewQueue()
 		require.NoError(t, err)
 		fill(h, n, 93)
-		require.NoError(t, d2.Submit(dev, h, n, nil))
-		require.NoError(t, d2.Submit(dev, h, n, q))
+		require.NoError(t, d2.submit(dev, h, n, nil))
+		require.NoError(t, d2.submit(dev, h, n, q))
 		require.NoError(t, q.Synchronize())
 		clearMem(h, n)
-		require.NoError(t, d2.Retrieve(h, dev, n, q))
+		require.NoError(t, d2.retrieve(h, dev, n, q))
 		require.NoError(t, q.Synchronize())
 		require.True(t, hasFill(h, n, 93))
 		require.NoError(t, q.Close())
@@ -248,7 +248,7 @@ func concurrentSubmissions(t *testing.T, d *Device) {
 			for i, dst := range dsts[g] {
 				q := qs[(g+i)%len(qs)]
 				fill(src, size, g*per+i)
-				errs <- d.Submit(dst, src, size, q)
+				errs <- d.submit(dst, src, size, q)
 				switch i % 5 {
 				case 1:
 					errs <- q.Synchronize()
@@ -296,13 +296,13 @@ func pinnedPath(t *testing.T, d *Device) {
 	for i, src := range []uintptr{locked, hostAlloc} {
 		before := d.StagingStats()
 		fill(src, n, 7+i)
-		require.NoError(t, d.Submit(dst, src, n, q))
+		require.NoError(t, d.submit(dst, src, n, q))
 		require.NoError(t, q.Synchronize())
 		require.Equal(t, before.Hits+before.Misses, d.StagingStats().Hits+d.StagingStats().Misses, "not staged")
 		require.True(t, hasFill(readBack(t, d, dst, n), n, 7+i))
 		// And back into the pinned buffer, asynchronously.
 		clearMem(src, n)
-		require.NoError(t, d.Retrieve(src, dst, n, q))
+		require.NoError(t, d.retrieve(src, dst, n, q))
 		require.NoError(t, q.Synchronize())
 		require.True(t, hasFill(src, n, 7+i))
 	}

@@ -30,7 +30,7 @@ func TestFreeAfterUse(t *testing.T) {
 
 	require.False(t, device.HostInUse())
 	f.holdWork()
-	require.NoError(t, d.Submit(dev, h+100, 1000, q), "pinned path, in flight")
+	require.NoError(t, d.submit(dev, h+100, 1000, q), "pinned path, in flight")
 	require.True(t, device.HostInUse())
 	var freed atomic.Int32
 	require.False(t, device.FreeAfterUse(h+2000, 100, func() { freed.Add(100) }), "no copy uses it: free now")
@@ -49,7 +49,7 @@ func TestFreeAfterUse(t *testing.T) {
 
 	// Retrieve into pinned memory is tracked too, and Close releases.
 	f.holdWork()
-	require.NoError(t, d.Retrieve(h, dev, n, q))
+	require.NoError(t, d.retrieve(h, dev, n, q))
 	require.True(t, device.FreeAfterUse(h+n-1, 1, func() { freed.Add(1) }))
 	f.release()
 	require.NoError(t, q.Close())
@@ -74,7 +74,7 @@ func TestQueueOnDone(t *testing.T) {
 	require.Equal(t, int32(1), ran.Load(), "an idle queue frees at once")
 
 	f.holdWork()
-	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	require.NoError(t, d.exchange(dev, dev+n/2, n/2, q))
 	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 	done, err := q.Query()
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestFreeAfterRunsOutsideShutdownLocks(t *testing.T) {
 	q, err := d.NewQueue()
 	require.NoError(t, err)
 	f.holdWork()
-	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	require.NoError(t, d.exchange(dev, dev+n/2, n/2, q))
 	var ran atomic.Int32
 	require.NoError(t, q.OnDone(func() {
 		_ = NumDevices() // takes the world's lock, as a chunk's unlock does
@@ -141,7 +141,7 @@ func TestQueueOnDoneQueryFails(t *testing.T) {
 	var ran atomic.Int32
 	f.holdWork()
 	defer f.release() // before the Close above waits for the work
-	require.NoError(t, d.Exchange(dev, dev+n/2, n/2, q))
+	require.NoError(t, d.exchange(dev, dev+n/2, n/2, q))
 	f.failQuery.Store(true)
 	t.Cleanup(func() { f.failQuery.Store(false) })
 	require.NoError(t, q.OnDone(func() { ran.Add(1) }), "taken: the failed query is no error of OnDone's")
@@ -189,8 +189,8 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 		name string
 		copy func() error
 	}{
-		{"retrieve into it", func() error { return d1.Retrieve(h, dev, n, q) }},
-		{"submit from it", func() error { return d1.Submit(dev, h, n, q) }},
+		{"retrieve into it", func() error { return d1.retrieve(h, dev, n, q) }},
+		{"submit from it", func() error { return d1.submit(dev, h, n, q) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var freed atomic.Int32
@@ -210,7 +210,7 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 	// Memory no registry knows is no use: the free goes at once.
 	other := hostMem(t, n)
 	f1.holdWork()
-	require.NoError(t, d1.Retrieve(other, dev, n, q))
+	require.NoError(t, d1.retrieve(other, dev, n, q))
 	require.False(t, device.HostInUse())
 	f1.release()
 	require.NoError(t, q.Synchronize())

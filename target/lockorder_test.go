@@ -20,8 +20,8 @@ func TestStagingFreeOutsidePoolLock(t *testing.T) {
 	require.NoError(t, err)
 	src := hostMem(t, 64<<10)
 	// One buffer of 256 bytes and one of 64 KiB, back in the pool.
-	require.NoError(t, d.Submit(dst, src, 100, q))
-	require.NoError(t, d.Submit(dst, src, 60<<10, q))
+	require.NoError(t, d.submit(dst, src, 100, q))
+	require.NoError(t, d.submit(dst, src, 60<<10, q))
 	require.NoError(t, q.Synchronize())
 	s := d.StagingStats()
 	require.Equal(t, uintptr(256+64<<10), s.PoolBytes)
@@ -49,7 +49,7 @@ func TestStagingFreeOutsidePoolLock(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the pool never freed the buffer")
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.Submit(dst, src, 100, q) }()
+	go func() { done <- d.submit(dst, src, 100, q) }()
 	select {
 	case err := <-done:
 		require.NoError(t, err)

@@ -36,8 +36,8 @@ func TestSyncCopiesOrderedBeforeQueues(t *testing.T) {
 
 // On every accelerator, every copy that returns as complete (no queue) is
 // seen by the next copy on a queue of the device: the device-to-device ones (target.Memcpy on one
-// device, kmp.TargetMemcpy, Exchange) and host-to-device ones from pageable
-// memory (Submit without a queue, Memcpy from the host).
+// device, kmp.TargetMemcpy) and host-to-device ones from pageable memory
+// (Memcpy from the host).
 func TestSyncCopiesOrderedBeforeQueuesChild(t *testing.T) {
 	if os.Getenv(orderingChildEnv) == "" {
 		t.Skip("run by TestSyncCopiesOrderedBeforeQueues")
@@ -65,7 +65,7 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 	// put makes a hold seed, completely: on the queue, synchronized.
 	put := func(seed byte) {
 		fillBytes(h, n, seed)
-		require.NoError(t, d.Submit(a, h, n, q))
+		require.NoError(t, target.MemcpyAsync(a, h, n, dev, host, q))
 		require.NoError(t, q.Synchronize())
 	}
 	var b uintptr // a fresh destination for each case
@@ -80,8 +80,6 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 			}
 			return nil
 		}},
-		{"Exchange without a queue", func() error { return d.Exchange(b, a, n, nil) }},
-		{"Submit without a queue, pageable", func() error { return d.Submit(b, h, n, nil) }},
 		{"target.Memcpy from the host, pageable", func() error { return target.Memcpy(b, h, n, dev, host) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,7 +90,7 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 			put(seed)
 			require.NoError(t, tc.copy())
 			clear(cmem.Bytes(back, n))
-			require.NoError(t, d.Retrieve(back, b, n, q))
+			require.NoError(t, target.MemcpyAsync(back, b, n, host, dev, q))
 			require.NoError(t, q.Synchronize())
 			require.True(t, hasBytes(back, n, seed), "the queue read %s's destination before the copy had landed", tc.name)
 		})

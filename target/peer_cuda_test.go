@@ -71,7 +71,7 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q.Close()) }()
 	back := hostMem(t, n)
-	require.NoError(t, d1.Retrieve(back, b, n, q))
+	require.NoError(t, d1.retrieve(back, b, n, q))
 	require.NoError(t, q.Synchronize())
 	require.True(t, hasFill(back, n, 21))
 

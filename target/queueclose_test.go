@@ -32,9 +32,9 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 
 	inUse := d.StagingStats().InUseBytes
 	f.holdWork()
-	require.NoError(t, d.Submit(dev, src, 256, q), "staged: small and pageable")
+	require.NoError(t, d.submit(dev, src, 256, q), "staged: small and pageable")
 	require.Greater(t, d.StagingStats().InUseBytes, inUse, "a staging buffer in use")
-	require.NoError(t, d.Retrieve(h, dev, n, q), "the one-step pinned path: the copy writes h late")
+	require.NoError(t, d.retrieve(h, dev, n, q), "the one-step pinned path: the copy writes h late")
 	var ran, freed atomic.Int32
 	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 

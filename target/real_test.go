@@ -66,7 +66,7 @@ func BenchmarkSubmitSmall(b *testing.B) {
 				defer q.Close()
 				b.SetBytes(int64(size))
 				for b.Loop() {
-					if err := d.Submit(dst, src, size, q); err != nil {
+					if err := d.submit(dst, src, size, q); err != nil {
 						b.Fatal(err)
 					}
 					if err := q.Synchronize(); err != nil {

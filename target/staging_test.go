@@ -20,7 +20,7 @@ func submitRound(t *testing.T, d *Device, q *Queue, src uintptr, dsts []uintptr,
 	t.Helper()
 	for i, dst := range dsts {
 		fill(src, size, round*1000+i)
-		require.NoError(t, d.Submit(dst, src, size, q))
+		require.NoError(t, d.submit(dst, src, size, q))
 	}
 }
 
@@ -131,7 +131,7 @@ func TestStagingConcurrentSubmissions(t *testing.T) {
 			for _, s := range subs[g] {
 				q := queues[r.IntN(len(queues))]
 				fill(src, s.size, s.seed)
-				if err := d.Submit(s.dst, src, s.size, q); err != nil {
+				if err := d.submit(s.dst, src, s.size, q); err != nil {
 					errs <- err
 					return
 				}
@@ -206,7 +206,7 @@ func TestStagingChoosesPath(t *testing.T) {
 			before := d.StagingStats()
 			_, _, pinnedBefore, _ := f.counts()
 			fill(tt.src, tt.n, i)
-			require.NoError(t, d.Submit(dst, tt.src, tt.n, tt.q))
+			require.NoError(t, d.submit(dst, tt.src, tt.n, tt.q))
 			require.NoError(t, q.Synchronize())
 			require.True(t, hasFill(dst, tt.n, i))
 			after := d.StagingStats()
@@ -228,7 +228,7 @@ func TestStagingAllocFailureSubmitsUnstaged(t *testing.T) {
 	require.NoError(t, err)
 	src := hostMem(t, 64)
 	fill(src, 64, 7)
-	require.NoError(t, d.Submit(dst, src, 64, q), "staging is optional, never an error")
+	require.NoError(t, d.submit(dst, src, 64, q), "staging is optional, never an error")
 	require.NoError(t, q.Synchronize())
 	require.True(t, hasFill(dst, 64, 7))
 	s := d.StagingStats()
@@ -247,7 +247,7 @@ func TestStagingPoolLimit(t *testing.T) {
 	require.NoError(t, err)
 	f.holdWork()
 	for range 5 {
-		require.NoError(t, d.Submit(dst, src, 4096, q))
+		require.NoError(t, d.submit(dst, src, 4096, q))
 	}
 	f.release()
 	require.NoError(t, q.Synchronize())
@@ -263,18 +263,18 @@ func TestStagingPoolLimit(t *testing.T) {
 
 	// A threshold between two classes keeps the class that holds it.
 	d.SetStagingConfig(StagingConfig{Threshold: 3000, MaxPoolBytes: 1 << 20})
-	require.NoError(t, d.Submit(dst, src, 3000, q))
+	require.NoError(t, d.submit(dst, src, 3000, q))
 	require.NoError(t, q.Synchronize())
 	s = d.StagingStats()
 	require.Equal(t, uintptr(4096), s.PoolBytes)
-	require.NoError(t, d.Submit(dst, src, 3000, q))
+	require.NoError(t, d.submit(dst, src, 3000, q))
 	require.Equal(t, uint64(1), d.StagingStats().Hits-s.Hits)
 	require.NoError(t, q.Synchronize())
 
 	// Staging off: nothing is kept, nothing staged.
 	d.SetStagingConfig(StagingConfig{Threshold: 0, MaxPoolBytes: 1 << 20})
 	require.Zero(t, d.StagingStats().PoolBytes)
-	require.NoError(t, d.Submit(dst, src, 64, q))
+	require.NoError(t, d.submit(dst, src, 64, q))
 	require.NoError(t, q.Synchronize()) // unstaged: the copy reads src late
 	require.Equal(t, s.Misses, d.StagingStats().Misses)
 }
@@ -289,8 +289,8 @@ func TestShutdownFreesBuffersOfUnfinishedQueues(t *testing.T) {
 	dst, err := d.Alloc(MemDevice, 512)
 	require.NoError(t, err)
 	for i := range 10 {
-		require.NoError(t, d.Submit(dst, src, uintptr(1+i*50), q))
-		require.NoError(t, d.Submit(dst, src, 300, q2))
+		require.NoError(t, d.submit(dst, src, uintptr(1+i*50), q))
+		require.NoError(t, d.submit(dst, src, 300, q2))
 	}
 	// Neither queue was synchronized or queried.
 	require.Positive(t, f.live(MemHost))
@@ -300,7 +300,7 @@ func TestShutdownFreesBuffersOfUnfinishedQueues(t *testing.T) {
 	require.Zero(t, freedReads, "none while a copy could still read it")
 	require.True(t, f.closed)
 
-	require.ErrorIs(t, d.Submit(dst, src, 8, q), ErrShutdown)
+	require.ErrorIs(t, d.submit(dst, src, 8, q), ErrShutdown)
 	require.ErrorIs(t, q.Synchronize(), ErrQueueClosed)
 	_, err = d.NewQueue()
 	require.ErrorIs(t, err, ErrShutdown)
@@ -336,7 +336,7 @@ func TestQueueSubmitRacesQuery(t *testing.T) {
 	src := hostMem(t, 128)
 	for i, dst := range dsts {
 		fill(src, 128, i)
-		require.NoError(t, d.Submit(dst, src, 128, q))
+		require.NoError(t, d.submit(dst, src, 128, q))
 	}
 	close(stop)
 	wg.Wait()
@@ -389,7 +389,7 @@ func BenchmarkSubmit(b *testing.B) {
 				require.NoError(b, err)
 			}
 			for b.Loop() {
-				if err := d.Submit(dst, src, 64, q); err != nil {
+				if err := d.submit(dst, src, 64, q); err != nil {
 					b.Fatal(err)
 				}
 			}

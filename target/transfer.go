@@ -37,11 +37,11 @@ func Memcpy(dst, src, n uintptr, dstDev, srcDev int) error {
 		}
 		return hostCopy(dst, src, n)
 	case sd.host:
-		return dd.Submit(dst, src, n, nil)
+		return dd.submit(dst, src, n, nil)
 	case dd.host:
-		return sd.Retrieve(dst, src, n, nil)
+		return sd.retrieve(dst, src, n, nil)
 	case dd == sd:
-		return dd.Exchange(dst, src, n, nil)
+		return dd.exchange(dst, src, n, nil)
 	}
 	pc, ok, err := peerPath(sd, dd)
 	if err != nil {
@@ -81,11 +81,11 @@ func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
 		}
 		return hostCopy(dst, src, n)
 	case sd.host:
-		return dd.Submit(dst, src, n, q)
+		return dd.submit(dst, src, n, q)
 	case dd.host:
-		return sd.Retrieve(dst, src, n, q)
+		return sd.retrieve(dst, src, n, q)
 	case dd == sd:
-		return dd.Exchange(dst, src, n, q)
+		return dd.exchange(dst, src, n, q)
 	}
 	pc, ok, err := peerPath(q.dev, other(q.dev, dd, sd))
 	if err != nil {
@@ -225,7 +225,7 @@ func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
 	bufs := [2]uintptr{buf, buf + chunk}
 	at := func(i uintptr) (off, k uintptr) { off = i * chunk; return off, min(chunk, n-off) }
 	chunks := (n + chunk - 1) / chunk
-	if err := sd.Retrieve(bufs[0], src, min(chunk, n), sq); err != nil {
+	if err := sd.retrieve(bufs[0], src, min(chunk, n), sq); err != nil {
 		return err
 	}
 	if err := sq.Synchronize(); err != nil {
@@ -233,12 +233,12 @@ func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
 	}
 	for i := uintptr(0); i < chunks; i++ {
 		off, k := at(i)
-		if err := dd.Submit(dst+off, bufs[i%2], k, dq); err != nil {
+		if err := dd.submit(dst+off, bufs[i%2], k, dq); err != nil {
 			return err
 		}
 		if i+1 < chunks {
 			off, k := at(i + 1)
-			if err := sd.Retrieve(bufs[(i+1)%2], src+off, k, sq); err != nil {
+			if err := sd.retrieve(bufs[(i+1)%2], src+off, k, sq); err != nil {
 				return errors.Join(err, dq.Synchronize())
 			}
 		}
@@ -285,17 +285,17 @@ func pinnedRange(reg *pinreg.Registry, p, n uintptr) bool {
 	return true
 }
 
-// Submit copies n bytes from host memory src to device memory dst; on q
-// when q is not nil (it may still be running when Submit returns), else
+// submit copies n bytes from host memory src to device memory dst; on q
+// when q is not nil (it may still be running when submit returns), else
 // synchronously. The host side takes, in order of preference: the one-step
 // pinned path, when src lies in memory pinned for the device (locked or
 // allocated by it); a pinned staging buffer, for small asynchronous copies
-// (src may then be reused as soon as Submit returns); a lock for the
+// (src may then be reused as soon as submit returns); a lock for the
 // transfer's duration, when LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS asks for
 // it; or the driver's pageable path. The Impl is always given host
 // addresses for the host side: a driver finds its own translation of pinned
 // memory (CUDA's copies take host pointers; HSA's plugin translates).
-func (d *Device) Submit(dst, src, n uintptr, q *Queue) error {
+func (d *Device) submit(dst, src, n uintptr, q *Queue) error {
 	if err := d.checkCopy("submit", dst, src, n); err != nil {
 		return err
 	}
@@ -347,11 +347,11 @@ func (d *Device) submitStaged(dst, src, n uintptr, q *Queue) (staged bool, err e
 	return true, nil
 }
 
-// Retrieve copies n bytes from device memory src to host memory dst; on q
+// retrieve copies n bytes from device memory src to host memory dst; on q
 // when q is not nil, else synchronously. A dst in memory pinned for the
 // device takes the one-step pinned path; otherwise dst is locked for the
 // transfer when LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS asks for it.
-func (d *Device) Retrieve(dst, src, n uintptr, q *Queue) error {
+func (d *Device) retrieve(dst, src, n uintptr, q *Queue) error {
 	if err := d.checkCopy("retrieve", dst, src, n); err != nil {
 		return err
 	}
@@ -367,9 +367,9 @@ func (d *Device) Retrieve(dst, src, n uintptr, q *Queue) error {
 	return d.copyMapped(dst, src, n, dst, plugin.DeviceToHost, q)
 }
 
-// Exchange copies n bytes between two places in d's memory; on q when q is
+// exchange copies n bytes between two places in d's memory; on q when q is
 // not nil, else synchronously.
-func (d *Device) Exchange(dst, src, n uintptr, q *Queue) error {
+func (d *Device) exchange(dst, src, n uintptr, q *Queue) error {
 	if err := d.checkCopy("exchange", dst, src, n); err != nil {
 		return err
 	}

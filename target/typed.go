@@ -191,7 +191,7 @@ func CopyToDevice[T any](dst Array[T], src []T, q *Queue) error {
 	if err != nil {
 		return err
 	}
-	err = dst.m.Device.Submit(dst.m.Addr, p, n, q)
+	err = dst.m.Device.submit(dst.m.Addr, p, n, q)
 	keep.done(q, err)
 	runtime.KeepAlive(src)
 	return err
@@ -214,7 +214,7 @@ func CopyFromDevice[T any](dst []T, src Array[T], q *Queue) error {
 	if err != nil {
 		return err
 	}
-	err = src.m.Device.Retrieve(p, src.m.Addr, n, q)
+	err = src.m.Device.retrieve(p, src.m.Addr, n, q)
 	keep.done(q, err)
 	runtime.KeepAlive(dst)
 	return err

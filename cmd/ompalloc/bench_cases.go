@@ -440,9 +440,9 @@ func transferSection(c *benchConfig, d *target.Device, report *BenchDevice) *ben
 							for range n {
 								var err error
 								if group == "h2d" {
-									err = d.Submit(t.dev, h, size, nil)
+									err = target.Memcpy(t.dev, h, size, d.ID, target.InitialDevice())
 								} else {
-									err = d.Retrieve(h, t.dev, size, nil)
+									err = target.Memcpy(h, t.dev, size, target.InitialDevice(), d.ID)
 								}
 								if err != nil {
 									return err
@@ -511,7 +511,7 @@ func smallCopySection(c *benchConfig, d *target.Device) *benchSection {
 					d.SetStagingConfig(cfg)
 					return measure(budget, func(n int) error {
 						for range n {
-							if err := d.Submit(t.dev, src, size, q); err != nil {
+							if err := target.MemcpyAsync(t.dev, src, size, d.ID, target.InitialDevice(), q); err != nil {
 								return err
 							}
 							if err := q.Synchronize(); err != nil {

@@ -509,7 +509,7 @@ func goAPICases() []badCase {
 		isErr(target.ErrQueueClosed)(t, q.Synchronize())
 		_, err = q.Query()
 		isErr(target.ErrQueueClosed)(t, err)
-		require.Error(t, w.host.Submit(w.lockBuf, w.lockBuf+8, 8, q))
+		isErr(target.ErrQueueClosed)(t, target.MemcpyAsync(w.lockBuf, w.lockBuf+8, 8, w.host.ID, w.host.ID, q))
 	})
 	return cs
 }

@@ -237,7 +237,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		undo := injectCUDA(t, "cuMemHostAlloc")
 		_, err = d0.Alloc(plugin.MemHost, 4096)
 		require.ErrorContains(t, err, "cuMemHostAlloc")
-		require.NoError(t, d0.Submit(dst, src, 4096, q), "staging is optional: the copy goes unstaged")
+		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), "staging is optional: the copy goes unstaged")
 		undo()
 		faults += 2
 		require.NoError(t, q.Synchronize())
@@ -260,13 +260,13 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		src := hostBuf(t, 1<<20)
 		pattern(bytesAt(cmem.Ptr(src), 1<<20), 9)
 		undo := injectCUDA(t, "cuMemcpyHtoDAsync")
-		require.ErrorContains(t, d0.Submit(dst, src, 4096, q), "cuMemcpyHtoDAsync")  // staged
-		require.ErrorContains(t, d0.Submit(dst, src, 1<<20, q), "cuMemcpyHtoDAsync") // pageable
+		require.ErrorContains(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), "cuMemcpyHtoDAsync")  // staged
+		require.ErrorContains(t, target.MemcpyAsync(dst, src, 1<<20, d0.ID, target.InitialDevice(), q), "cuMemcpyHtoDAsync") // pageable
 		undo()
 		faults += 2
 		require.Zero(t, d0.StagingStats().InUseBytes, "the staging buffer went back to the pool")
-		require.NoError(t, d0.Submit(dst, src, 4096, q))
-		require.NoError(t, d0.Submit(dst+4096, src+4096, 1<<20-4096, q))
+		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q))
+		require.NoError(t, target.MemcpyAsync(dst+4096, src+4096, 1<<20-4096, d0.ID, target.InitialDevice(), q))
 		require.NoError(t, q.Synchronize())
 		back := hostBuf(t, 1<<20)
 		require.NoError(t, target.Memcpy(back, dst, 1<<20, host, 0))
@@ -315,7 +315,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.NoError(t, err)
 		src := hostBuf(t, 4096)
 		pattern(bytesAt(cmem.Ptr(src), 4096), 5)
-		require.NoError(t, d0.Submit(dst, src, 4096, q))
+		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q))
 		undo := injectCUDA(t, "cuStreamSynchronize")
 		require.ErrorContains(t, q.Synchronize(), "cuStreamSynchronize")
 		undo()

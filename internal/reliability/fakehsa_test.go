@@ -122,7 +122,7 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		undo := injectHSA(t, "hsa_amd_memory_pool_allocate:*")
 		_, err = d0.Alloc(plugin.MemDevice, 4096)
 		require.ErrorContains(t, err, "hsa_amd_memory_pool_allocate")
-		require.NoError(t, d0.Submit(dst, src, 4096, q), "unstaged when no staging buffer can be had")
+		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), "unstaged when no staging buffer can be had")
 		undo()
 		faults += 2
 		require.NoError(t, q.Synchronize())
@@ -145,12 +145,12 @@ func TestHSADriverFaultsChild(t *testing.T) {
 			undo := injectHSA(t, spec)
 			require.Error(t, target.Memcpy(dst, src, 1<<16, 0, host), spec)
 			require.Error(t, target.Memcpy(back, dst, 1<<16, host, 0), spec)
-			require.Error(t, d0.Submit(dst, src, 4096, q), spec)
+			require.Error(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), spec)
 			undo()
 			faults += 3
 			require.Zero(t, d0.StagingStats().InUseBytes)
 		}
-		require.NoError(t, d0.Submit(dst, src, 1<<16, q))
+		require.NoError(t, target.MemcpyAsync(dst, src, 1<<16, d0.ID, target.InitialDevice(), q))
 		require.NoError(t, q.Synchronize())
 		require.NoError(t, target.Memcpy(back, dst, 1<<16, host, 0))
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 1<<16), 6))

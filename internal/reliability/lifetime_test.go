@@ -70,7 +70,7 @@ func useEverything(t *testing.T) {
 		if !dv.IsHost() {
 			dd, err := dv.Alloc(plugin.MemDevice, 4096)
 			require.NoError(t, err)
-			require.NoError(t, dv.Submit(dd, uintptr(buf), 100, q)) // staged
+			require.NoError(t, target.MemcpyAsync(dd, uintptr(buf), 100, dv.ID, target.InitialDevice(), q)) // staged
 			require.NoError(t, q.Synchronize())
 			require.NoError(t, dv.Free(plugin.MemDevice, dd))
 		}

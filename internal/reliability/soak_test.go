@@ -354,10 +354,10 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 							report("omp_target_memcpy host to host: %d", rc)
 						}
 					} else {
-						if err := dev.Submit(devBuf, uintptr(a.p), n, q); err != nil {
+						if err := target.MemcpyAsync(devBuf, uintptr(a.p), n, dev.ID, target.InitialDevice(), q); err != nil {
 							report("submit: %v", err)
 						}
-						if err := dev.Retrieve(uintptr(b.p), devBuf, n, q); err != nil {
+						if err := target.MemcpyAsync(uintptr(b.p), devBuf, n, target.InitialDevice(), dev.ID, q); err != nil {
 							report("retrieve: %v", err)
 						}
 						if err := q.Synchronize(); err != nil {

@@ -343,8 +343,8 @@ func askCallerContext(p *prober, a *Answer) error {
 	dp, err := dev.Alloc(plugin.MemDevice, n)
 	if err == nil {
 		_, e1 := dev.LockMem(h, n)
-		e2 := dev.Submit(dp, h, n, nil)
-		e3 := dev.Retrieve(h, dp, n, nil)
+		e2 := target.Memcpy(dp, h, n, dev.ID, target.InitialDevice())
+		e3 := target.Memcpy(h, dp, n, target.InitialDevice(), dev.ID)
 		var e4 error
 		if e1 == nil {
 			e4 = dev.UnlockMem(h)
@@ -423,7 +423,7 @@ func askNodeBandwidth(p *prober, a *Answer) error {
 		r := map[string]any{"node": node}
 		per[label] = r
 		// ompalloc's pinned path: pageable memory on node, locked through
-		// ompalloc, copied with a synchronous Submit.
+		// ompalloc, copied with a synchronous Memcpy.
 		h, free, err := hostBuf(n, node)
 		if err != nil {
 			r["error"] = err.Error()
@@ -433,7 +433,7 @@ func askNodeBandwidth(p *prober, a *Answer) error {
 		if _, err := dev.LockMem(h, n); err != nil {
 			r["registered_error"] = err.Error()
 		} else {
-			gbs, err := rate(n, func() error { return dev.Submit(dp, h, n, nil) })
+			gbs, err := rate(n, func() error { return target.Memcpy(dp, h, n, dev.ID, target.InitialDevice()) })
 			if err != nil {
 				r["registered_error"] = err.Error()
 			} else {

@@ -1,6 +1,7 @@
 package alloc_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/ompalloc/ompalloc/alloc"
@@ -38,7 +39,7 @@ func ExampleFreeAfter() {
 		fmt.Println(err)
 		return
 	}
-	if err := q.Synchronize(); err != nil {
+	if err := q.Synchronize(context.Background()); err != nil {
 		fmt.Println(err)
 		return
 	}

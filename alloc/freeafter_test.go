@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"github.com/ompalloc/ompalloc/internal/device"
 	"os"
@@ -106,7 +107,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.NoError(t, Free(ptr(src)), "freed while the copy reads it")
 				next := block() // the heap would hand the same slot out again
 				fill(next, 2)
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				back := make([]byte, n)
 				require.NoError(t, target.Memcpy(uintptr(unsafe.Pointer(&back[0])), dev, n, target.InitialDevice(), d.ID))
 				require.True(t, bytes.Equal(want, back), "the device got what the block held when the copy was submitted")
@@ -124,7 +125,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.NoError(t, Free(ptr(dst)), "freed while the copy writes it")
 				next := block()
 				mine := fill(next, 4)
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				require.True(t, bytes.Equal(mine, next), "the late copy did not write into the next block")
 				require.NotEqual(t, want, mine)
 				require.NoError(t, Free(ptr(next)))
@@ -147,7 +148,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.False(t, done, "the copy runs late (held)")
 				require.Equal(t, n0, a.Stats().BlocksLive, "still allocated")
 				open()
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed by the Synchronize that found the copy done")
 				back := make([]byte, n)
 				require.NoError(t, target.Memcpy(uintptr(unsafe.Pointer(&back[0])), dev, n, target.InitialDevice(), d.ID))
@@ -173,7 +174,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.ErrorIs(t, FreeSliceAfter(xs, q), ErrDoubleFree, "its free already waits")
 				require.Equal(t, n0, a.Stats().BlocksLive, "still allocated while the copy is held")
 				open()
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed once the copy completed")
 				back := make([]float32, n/4)
 				require.NoError(t, target.CopyFromDevice(back, arr, nil))
@@ -195,7 +196,7 @@ func TestFreeAfterChild(t *testing.T) {
 				require.ErrorIs(t, Free(ptr(src)), ErrDoubleFree, "its free waits for the queue")
 				require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
 				require.Equal(t, n0, a.Stats().BlocksLive)
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				require.Equal(t, n0-1, a.Stats().BlocksLive, "freed once, by the Synchronize")
 			})
 
@@ -221,7 +222,7 @@ func TestFreeAfterChild(t *testing.T) {
 
 			t.Run("nothing in flight frees at once", func(t *testing.T) {
 				p := block()
-				require.NoError(t, q.Synchronize())
+				require.NoError(t, q.Synchronize(context.Background()))
 				n0 := a.Stats().BlocksLive
 				require.NoError(t, FreeAfter(ptr(p), q))
 				require.Equal(t, n0-1, a.Stats().BlocksLive)
@@ -316,7 +317,7 @@ func TestFreeAfterCrossDeviceChild(t *testing.T) {
 	require.NoError(t, Free(ptr(dst)), "freed while device 1's copy writes it")
 	next := block() // the heap would hand the same slot out again
 	mine := fill(next, 2)
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, bytes.Equal(mine, next), "the late copy on device 1 wrote into the next block")
 	_, err = blockSize(ptr(dst))
 	if &dst[0] != &next[0] {

@@ -1,6 +1,7 @@
 package gputest
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -110,7 +111,9 @@ func TestDriverErrorMessages(t *testing.T) {
 				return err
 			}},
 		{"synchronize", "synchronize", [2]string{"cuStreamSynchronize", ""},
-			func(t *testing.T, d *target.Device, q *target.Queue) error { return q.Synchronize() }},
+			func(t *testing.T, d *target.Device, q *target.Queue) error {
+				return q.Synchronize(context.Background())
+			}},
 	}
 	for _, dev := range []int{1, 2} {
 		d := fake.Devices()[dev]

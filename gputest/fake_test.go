@@ -139,9 +139,9 @@ func TestHold(t *testing.T) {
 			require.False(t, done, "held work is pending")
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
-			require.ErrorIs(t, q.SynchronizeContext(ctx), context.DeadlineExceeded)
+			require.ErrorIs(t, q.Synchronize(ctx), context.DeadlineExceeded)
 			release()
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			release() // a second call does nothing
 		})
 	}

@@ -1,6 +1,7 @@
 package kmp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -139,7 +140,7 @@ func withQueue(dstDev, srcDev int, issue func(q *target.Queue) error) error {
 		return err
 	}
 	ierr := issue(q)
-	serr := q.Synchronize()
+	serr := q.Synchronize(context.Background())
 	cerr := q.Close()
 	return errors.Join(ierr, serr, cerr)
 }
@@ -206,7 +207,7 @@ func memset(p uintptr, c byte, n uintptr, dev int, q *target.Queue) error {
 	}
 	if d.IsHost() {
 		if q != nil {
-			if err := q.Synchronize(); err != nil {
+			if err := q.Synchronize(context.Background()); err != nil {
 				return err
 			}
 		}
@@ -222,7 +223,7 @@ func memset(p uintptr, c byte, n uintptr, dev int, q *target.Queue) error {
 	}
 	defer func() {
 		if q != nil {
-			_ = q.Synchronize() // the buffer is read until the copies are done
+			_ = q.Synchronize(context.Background()) // the buffer is read until the copies are done
 		}
 		_ = alloc.Free(buf)
 	}()

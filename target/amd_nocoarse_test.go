@@ -74,7 +74,7 @@ func TestAMDWithoutCoarsePoolChild(t *testing.T) {
 	require.NoError(t, ev.Record(q), "an event on a GPU without coarse-grained memory")
 	require.NoError(t, ev.Synchronize(context.Background()))
 	require.NoError(t, ev.Close())
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.NoError(t, q.Close())
 	clearMem(back, n)
 	require.NoError(t, Memcpy(back, v, n, InitialDevice(), 0))

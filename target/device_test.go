@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -146,7 +147,7 @@ func TestStagingEnvironment(t *testing.T) {
 	t.Setenv(envvar.StagingThreshold, "lots")
 	warned := captureWarnings(t)
 	_, d = withFake(t, 0)
-	require.Equal(t, DefaultStagingConfig().Threshold, d.StagingConfig().Threshold)
+	require.Equal(t, defaultStagingConfig().Threshold, d.StagingConfig().Threshold)
 	require.Contains(t, warned(), envvar.StagingThreshold+`="lots"`)
 }
 
@@ -342,7 +343,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 			require.Zero(t, unlocks, "the buffer stays locked while its copy is in flight")
 			require.Equal(t, tt.wantLocks, pinnedCopies, "the copy read locked memory")
 			f.release()
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			_, unlocks, _, _ = f.counts()
 			require.Equal(t, tt.wantLocks, unlocks, "and is unlocked once the copy completed")
 			require.True(t, hasFill(dst, n, 3))

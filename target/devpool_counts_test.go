@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"testing"
@@ -64,7 +65,7 @@ func poolHitsMatchTheDriver(t *testing.T, d *Device, drv driverAllocs) {
 	require.NoError(t, err)
 	require.NoError(t, d.PoolFree(e, q))
 	require.NoError(t, d.PoolFree(b, nil))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 
 	st := d.PoolStats()
 	h1, m1 := drv(t)

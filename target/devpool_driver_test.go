@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -203,12 +204,12 @@ func driverPoolQueues(t *testing.T, d *Device) {
 	require.NoError(t, d.PoolFree(pb, qb))
 
 	release()
-	require.NoError(t, qa.Synchronize())
+	require.NoError(t, qa.Synchronize(context.Background()))
 	got, err := d.PoolAlloc(n, qb)
 	require.NoError(t, err)
 	require.Contains(t, []uintptr{p, pb}, got, "once A's work is done, anyone reuses its blocks")
 	require.NoError(t, d.PoolFree(got, qb))
-	require.NoError(t, qb.Synchronize())
+	require.NoError(t, qb.Synchronize(context.Background()))
 }
 
 // A block freed without a queue while a queue's copy still writes it is
@@ -227,8 +228,8 @@ func driverPoolNilFree(t *testing.T, d *Device) {
 	require.NotEqual(t, p, pb, "B must not get the block while A's copy may still write it")
 	require.NoError(t, d.PoolFree(pb, qb))
 	release()
-	require.NoError(t, qa.Synchronize())
-	require.NoError(t, qb.Synchronize())
+	require.NoError(t, qa.Synchronize(context.Background()))
+	require.NoError(t, qb.Synchronize(context.Background()))
 	// The free stream's wait and free run after A's copy: then p's free
 	// completes and a trim gives every block back. (Which free block a
 	// later allocation gets is the driver's choice: not asserted.)

@@ -2,6 +2,7 @@ package target
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -42,7 +43,7 @@ func poolFreeWhileAnotherQueueReads(t *testing.T, d *Device) {
 	require.NoError(t, err)
 	batch1, batch2 := filled(n, 1), filled(n, 2)
 	require.NoError(t, CopyToDevice(x, batch1, q1))
-	require.NoError(t, q1.Synchronize())
+	require.NoError(t, q1.Synchronize(context.Background()))
 
 	release := holdWork(t, d)
 	out := make([]byte, n)
@@ -53,11 +54,11 @@ func poolFreeWhileAnotherQueueReads(t *testing.T, d *Device) {
 	require.NotEqual(t, x.m.Addr, y.m.Addr, "q1 got the block back while q2 still reads it")
 	require.NoError(t, CopyToDevice(y, batch2, q1))
 	release()
-	require.NoError(t, q1.Synchronize())
-	require.NoError(t, q2.Synchronize())
+	require.NoError(t, q1.Synchronize(context.Background()))
+	require.NoError(t, q2.Synchronize(context.Background()))
 	require.True(t, bytes.Equal(batch1, out), "q2 read another batch than the one it was given")
 	require.NoError(t, y.FreeOn(q1))
-	require.NoError(t, q1.Synchronize())
+	require.NoError(t, q1.Synchronize(context.Background()))
 	require.Zero(t, d.PoolStats().InUse)
 }
 
@@ -71,7 +72,7 @@ func poolRecordUse(t *testing.T, d *Device) {
 	x, err := PoolArray[byte](d, n, q1)
 	require.NoError(t, err)
 	require.NoError(t, CopyToDevice(x, filled(n, 3), q1))
-	require.NoError(t, q1.Synchronize())
+	require.NoError(t, q1.Synchronize(context.Background()))
 	other, err := PoolArray[byte](d, n, q2)
 	require.NoError(t, err)
 
@@ -83,11 +84,11 @@ func poolRecordUse(t *testing.T, d *Device) {
 	require.NoError(t, err)
 	require.NotEqual(t, x.m.Addr, y.m.Addr, "the block waits for the work recorded on q2")
 	release()
-	require.NoError(t, q2.Synchronize())
+	require.NoError(t, q2.Synchronize(context.Background()))
 	require.NoError(t, y.FreeOn(q1))
 	require.NoError(t, other.FreeOn(q2))
-	require.NoError(t, q1.Synchronize())
-	require.NoError(t, q2.Synchronize())
+	require.NoError(t, q1.Synchronize(context.Background()))
+	require.NoError(t, q2.Synchronize(context.Background()))
 
 	host := make([]byte, 8)
 	require.ErrorIs(t, q1.RecordUse(uintptr(unsafe.Pointer(&host[0]))), ErrInvalidArgument, "memory of no pool block")
@@ -231,7 +232,7 @@ func driverPoolNilAllocDoesNotWait(t *testing.T, d *Device) {
 		return nil
 	})
 	release()
-	require.NoError(t, qa.Synchronize())
+	require.NoError(t, qa.Synchronize(context.Background()))
 	y, err := d.PoolAlloc(40*mib, nil)
 	require.NoError(t, err, "the queue's free completed: the memory is back")
 	require.NoError(t, d.PoolFree(y, nil))
@@ -259,8 +260,8 @@ func driverPoolNilFreeOnTheBusyQueue(t *testing.T, d *Device) {
 	require.NotEqual(t, x, z, "qb must wait for qa's work")
 	require.NoError(t, d.PoolFree(z, qb))
 	release()
-	require.NoError(t, qa.Synchronize())
-	require.NoError(t, qb.Synchronize())
+	require.NoError(t, qa.Synchronize(context.Background()))
+	require.NoError(t, qb.Synchronize(context.Background()))
 }
 
 // Issue 27 item 8: one failed cuMemPoolCreate does not keep the device on

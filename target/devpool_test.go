@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,7 +94,7 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 	require.Equal(t, 3, d.PoolStats().Waiting)
 
 	f.release()
-	require.NoError(t, qa.Synchronize())
+	require.NoError(t, qa.Synchronize(context.Background()))
 	require.Equal(t, 2, d.PoolStats().Waiting, "the blocks freed without a queue wait for idle B's query too")
 	got, err := d.PoolAlloc(4096, qb)
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestAllocArrayUsesThePool(t *testing.T) {
 	h, err := AllocArray[byte](d, MemHost, 64)
 	require.NoError(t, err)
 	require.NoError(t, h.FreeOn(q), "other memory is freed after q's work")
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Zero(t, f.live(MemHost))
 	require.Equal(t, uintptr(4096), d.TrimPool(0))
 }

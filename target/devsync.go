@@ -11,7 +11,7 @@ import (
 // the work issued through ompalloc: the queues of d, not other code's
 // streams in the same context), and releases what those queues held. A
 // context that can be cancelled is polled, queue by queue, as
-// Queue.SynchronizeContext does: cancellation returns ctx.Err() and leaves
+// Queue.Synchronize does: cancellation returns ctx.Err() and leaves
 // every queue usable with its work running. A queue closed meanwhile has
 // nothing left to wait for.
 func (d *Device) Synchronize(ctx context.Context) error {
@@ -28,7 +28,7 @@ func (d *Device) Synchronize(ctx context.Context) error {
 	}
 	d.qmu.Unlock()
 	for _, q := range qs {
-		err := q.SynchronizeContext(ctx)
+		err := q.Synchronize(ctx)
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}

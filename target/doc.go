@@ -7,7 +7,7 @@
 //	err = target.CopyToDevice(buf, xs, nil)     // a nil queue: done on return
 //	err = target.CopyFromDevice(xs, buf, nil)
 //	h, err := target.Pin(xs, d.ID)              // page-locks a slice the program has; h.Unpin()
-//	q, err := d.NewQueue()                      // copies in order on q; q.Synchronize() waits
+//	q, err := d.NewQueue()                      // copies in order on q; q.Synchronize(ctx) waits
 //
 // (Device.Alloc, Memcpy and Device.LockMem do the same with raw addresses,
 // as omp_target_alloc, omp_target_memcpy and llvm_omp_target_lock_mem do.)

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"sync"
@@ -121,10 +122,10 @@ func TestFakeDriversChild(t *testing.T) {
 		require.NoError(t, err)
 		fill(h+100, 1000, 91)
 		require.NoError(t, d2.submit(dev, h+100, 1000, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		clearMem(h+100, 1000)
 		require.NoError(t, d2.retrieve(h+100, dev, 1000, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.True(t, hasFill(h+100, 1000, 91))
 		require.Equal(t, calls, lockCalls(), "no hsa_amd_memory_lock for copies of locked memory")
 		require.NoError(t, q.Close())
@@ -146,10 +147,10 @@ func TestFakeDriversChild(t *testing.T) {
 		fill(h, n, 93)
 		require.NoError(t, d2.submit(dev, h, n, nil))
 		require.NoError(t, d2.submit(dev, h, n, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		clearMem(h, n)
 		require.NoError(t, d2.retrieve(h, dev, n, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.True(t, hasFill(h, n, 93))
 		require.NoError(t, q.Close())
 		require.NoError(t, d2.Free(MemDevice, dev))
@@ -251,7 +252,7 @@ func concurrentSubmissions(t *testing.T, d *Device) {
 				errs <- d.submit(dst, src, size, q)
 				switch i % 5 {
 				case 1:
-					errs <- q.Synchronize()
+					errs <- q.Synchronize(context.Background())
 				case 3:
 					_, err := q.Query()
 					errs <- err
@@ -265,7 +266,7 @@ func concurrentSubmissions(t *testing.T, d *Device) {
 		require.NoError(t, err)
 	}
 	for _, q := range qs {
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.NoError(t, q.Close())
 	}
 	for g := range dsts {
@@ -297,13 +298,13 @@ func pinnedPath(t *testing.T, d *Device) {
 		before := d.StagingStats()
 		fill(src, n, 7+i)
 		require.NoError(t, d.submit(dst, src, n, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.Equal(t, before.Hits+before.Misses, d.StagingStats().Hits+d.StagingStats().Misses, "not staged")
 		require.True(t, hasFill(readBack(t, d, dst, n), n, 7+i))
 		// And back into the pinned buffer, asynchronously.
 		clearMem(src, n)
 		require.NoError(t, d.retrieve(src, dst, n, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.True(t, hasFill(src, n, 7+i))
 	}
 	require.NoError(t, d.UnlockMem(locked))

@@ -14,7 +14,7 @@ func warnEnv(name, value, why, using string) {
 }
 
 func readEnv() (StagingConfig, pinreg.MapMode) {
-	cfg := DefaultStagingConfig()
+	cfg := defaultStagingConfig()
 	if v, ok := envvar.Lookup(envvar.StagingThreshold); ok {
 		if n, err := parseBytes(v); err != nil {
 			warnEnv(envvar.StagingThreshold, v, err.Error(), strconv.FormatUint(uint64(cfg.Threshold), 10))

@@ -55,7 +55,7 @@ func TestBlankEnvCountsAsUnset(t *testing.T) {
 				require.NoError(t, err)
 				require.Empty(t, warned(), "a blank %s is unset", name)
 				cfg, mode := readEnv()
-				require.Equal(t, DefaultStagingConfig(), cfg)
+				require.Equal(t, defaultStagingConfig(), cfg)
 				require.Equal(t, "off", mode.String())
 				require.Equal(t, 0, device.EnvDefault(2))
 			})

@@ -210,6 +210,9 @@ func (e *Event) Synchronize(ctx context.Context) error {
 	if e == nil || e.impl == nil {
 		return fmt.Errorf("synchronize an event: a nil event: %w", ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return fmt.Errorf("synchronize an event: a nil context: %w", ErrInvalidArgument)
+	}
 	if ctx.Done() == nil {
 		return e.wait("synchronize an event")
 	}
@@ -323,13 +326,18 @@ func (e *Event) Close() error {
 	return nil
 }
 
-// SynchronizeContext is Synchronize that gives up when ctx is done: it
-// polls the queue (the driver's query, backing off from 20 µs to 2 ms) and
-// returns ctx.Err() on cancellation, leaving the queue usable and its work
-// running. With a context that cannot be cancelled it is Synchronize.
-func (q *Queue) SynchronizeContext(ctx context.Context) error {
+// Synchronize waits for all work issued on q so far and releases what the
+// queue held (staging buffers, locks, frees waiting for the work). With
+// context.Background it blocks in the driver (cuStreamSynchronize; HSA: the
+// queue's last signal). A context that can be cancelled is polled (the
+// driver's query, backing off from 20 µs to 2 ms): cancellation returns
+// ctx.Err() and leaves the queue usable and its work running.
+func (q *Queue) Synchronize(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("synchronize a queue: a nil context: %w", ErrInvalidArgument)
+	}
 	if ctx.Done() == nil {
-		return q.Synchronize()
+		return q.synchronize()
 	}
 	return poll(ctx, q.Query)
 }

@@ -168,11 +168,11 @@ func eventWaitHoldsNothing(t *testing.T, d *Device) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Synchronize did not return once the work was let go")
 	}
-	require.NoError(t, q.Synchronize())
-	require.NoError(t, q2.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
+	require.NoError(t, q2.Synchronize(context.Background()))
 	require.Equal(t, misuse, fakeCount(t, d, "misuse"), "the driver's event was destroyed under a wait")
 	back := make([]byte, n)
 	require.NoError(t, CopyFromDevice(back, buf, q))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Equal(t, src, back)
 }

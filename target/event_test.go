@@ -60,10 +60,10 @@ func TestEventUnsupportedAndMisuse(t *testing.T) {
 	require.ErrorIs(t, q.WaitEvent(nilEvent), ErrInvalidArgument)
 }
 
-// SynchronizeContext gives up with ctx.Err() while the queue's work is
-// held, leaves it usable, and releases what the queue held once the work
-// is done.
-func TestSynchronizeContextCancel(t *testing.T) {
+// Queue.Synchronize with a context that can be cancelled gives up with
+// ctx.Err() while the queue's work is held, leaves it usable, and releases
+// what the queue held once the work is done; a nil context is refused.
+func TestQueueSynchronizeCancel(t *testing.T) {
 	f, d := withFake(t, 0)
 	q, err := d.NewQueue()
 	require.NoError(t, err)
@@ -82,20 +82,28 @@ func TestSynchronizeContextCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	require.ErrorIs(t, q.SynchronizeContext(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, q.Synchronize(ctx), context.DeadlineExceeded)
 	require.Less(t, time.Since(t0), 2*time.Second)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel2()
-	require.ErrorIs(t, q.SynchronizeContext(ctx2), context.Canceled)
+	require.ErrorIs(t, q.Synchronize(ctx2), context.Canceled)
+	var nilCtx context.Context
+	require.ErrorIs(t, q.Synchronize(nilCtx), ErrInvalidArgument, "not a panic")
+	host, err := Get(InitialDevice()) // the fake plugin has no events
+	require.NoError(t, err)
+	e, err := host.NewEvent(false)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Close()) })
+	require.ErrorIs(t, e.Synchronize(nilCtx), ErrInvalidArgument, "not a panic")
 	require.NotZero(t, d.StagingStats().InUseBytes, "nothing released while the work is held")
 
 	f.release()
 	ctx3, cancel3 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel3()
-	require.NoError(t, q.SynchronizeContext(ctx3))
+	require.NoError(t, q.Synchronize(ctx3))
 	require.Zero(t, d.StagingStats().InUseBytes, "released once done")
 	back := make([]byte, 4096)
 	require.NoError(t, CopyFromDevice(back, a, q), "the queue is usable")
-	require.NoError(t, q.SynchronizeContext(ctx3))
+	require.NoError(t, q.Synchronize(ctx3))
 	require.Equal(t, byte(42), back[0])
 }

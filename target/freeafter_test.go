@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"github.com/ompalloc/ompalloc/internal/device"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,7 @@ func TestFreeAfterUse(t *testing.T) {
 	require.False(t, done)
 	require.Zero(t, freed.Load(), "not while the copy is in flight")
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Equal(t, int32(1), freed.Load(), "once, after the copy")
 	require.False(t, device.HostInUse())
 	require.False(t, device.FreeAfterUse(h, n, func() { freed.Add(100) }))
@@ -148,14 +149,14 @@ func TestQueueOnDoneQueryFails(t *testing.T) {
 	require.Zero(t, ran.Load())
 	f.failQuery.Store(false)
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Equal(t, int32(1), ran.Load(), "run once, by the Synchronize")
 
 	// Idle queue, failing query: still taken, run by the next Synchronize.
 	f.failQuery.Store(true)
 	require.NoError(t, q.OnDone(func() { ran.Add(1) }))
 	f.failQuery.Store(false)
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Equal(t, int32(2), ran.Load())
 }
 
@@ -201,7 +202,7 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 			require.True(t, device.FreeAfterUse(h+n/2, 64, func() { freed.Add(1) }), "a free of it waits for the copy")
 			require.Zero(t, freed.Load())
 			f1.release()
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.Equal(t, int32(1), freed.Load())
 			require.False(t, device.HostInUse())
 		})
@@ -213,5 +214,5 @@ func TestFreeAfterUseAcrossDevices(t *testing.T) {
 	require.NoError(t, d1.retrieve(other, dev, n, q))
 	require.False(t, device.HostInUse())
 	f1.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 }

@@ -33,7 +33,7 @@ func (l *layer) AfterUse(p, n uintptr, left *atomic.Int64, done func()) {
 // looks for live pinned blocks. Errors are Close's to report.
 func (l *layer) SyncQueues() {
 	for _, q := range (*Device)(l).openQueues() {
-		_ = q.Synchronize()
+		_ = q.synchronize()
 	}
 }
 

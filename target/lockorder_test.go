@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestStagingFreeOutsidePoolLock(t *testing.T) {
 	// One buffer of 256 bytes and one of 64 KiB, back in the pool.
 	require.NoError(t, d.submit(dst, src, 100, q))
 	require.NoError(t, d.submit(dst, src, 60<<10, q))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	s := d.StagingStats()
 	require.Equal(t, uintptr(256+64<<10), s.PoolBytes)
 
@@ -61,6 +62,6 @@ func TestStagingFreeOutsidePoolLock(t *testing.T) {
 	require.Equal(t, uint64(1), d.StagingStats().Hits-s.Hits, "the cached buffer served it")
 	open()
 	<-lowered
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.Equal(t, uintptr(256), d.StagingStats().PoolBytes)
 }

@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -66,7 +67,7 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 	put := func(seed byte) {
 		fillBytes(h, n, seed)
 		require.NoError(t, target.MemcpyAsync(a, h, n, dev, host, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 	}
 	var b uintptr // a fresh destination for each case
 	for i, tc := range []struct {
@@ -91,7 +92,7 @@ func syncCopiesOrdered(t *testing.T, d *target.Device) {
 			require.NoError(t, tc.copy())
 			clear(cmem.Bytes(back, n))
 			require.NoError(t, target.MemcpyAsync(back, b, n, host, dev, q))
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.True(t, hasBytes(back, n, seed), "the queue read %s's destination before the copy had landed", tc.name)
 		})
 	}

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
@@ -72,7 +73,7 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	defer func() { require.NoError(t, q.Close()) }()
 	back := hostMem(t, n)
 	require.NoError(t, d1.retrieve(back, b, n, q))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, hasFill(back, n, 21))
 
 	// On a queue: in its order, with the host copies around it.
@@ -83,9 +84,9 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	q0, err := d0.NewQueue()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, q0.Close()) }()
-	require.NoError(t, q.Synchronize()) // the copy into a is done; then device 0's queue reads it
+	require.NoError(t, q.Synchronize(context.Background())) // the copy into a is done; then device 0's queue reads it
 	require.NoError(t, MemcpyAsync(back, a, n, InitialDevice(), 0, q0))
-	require.NoError(t, q0.Synchronize())
+	require.NoError(t, q0.Synchronize(context.Background()))
 	require.True(t, hasFill(back, n, 22))
 	require.Zero(t, d0.Registry().Len())
 	require.Zero(t, d1.Registry().Len())

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -121,7 +122,7 @@ func TestMemcpyAsyncPeer(t *testing.T) {
 	require.NoError(t, MemcpyAsync(dst, src, n, 1, 0, q))
 	require.False(t, hasFill(dst, n, 3), "the copy was enqueued, not done at once")
 	b.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, hasFill(dst, n, 3))
 	_, _, async, _ := b.stats()
 	require.Equal(t, 1, async)
@@ -132,7 +133,7 @@ func TestMemcpyAsyncPeer(t *testing.T) {
 	back := hostMem(t, n)
 	require.NoError(t, MemcpyAsync(dst, h, n, 1, InitialDevice(), q))
 	require.NoError(t, MemcpyAsync(back, dst, n, InitialDevice(), 1, q))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, hasFill(back, n, 4))
 
 	// A queue of neither device, or none.

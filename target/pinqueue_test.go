@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -53,7 +54,7 @@ func TestQueuedCopyKeepsUnpinnedSlice(t *testing.T) {
 			require.False(t, done)
 
 			f.release()
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.False(t, d.pinned(p, n), "unlocked once the queue passed the copy")
 			require.False(t, f.isLocked(p))
 			gone := false
@@ -98,7 +99,7 @@ func TestQueuedCopyKeepsLockedGoMemory(t *testing.T) {
 	}
 	require.NotNil(t, wp.Value(), "the queued copy keeps the Go object")
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.NoError(t, d.UnlockMem(p))
 	gone := false
 	for range 20 {

@@ -88,26 +88,24 @@ type PrefetchStats struct {
 	// which.
 	Copy  time.Duration
 	Timed bool
+	// Bandwidth is the copies' achieved bandwidth in bytes per second
+	// (Bytes over Copy), 0 where the copies were not timed.
+	Bandwidth float64
+	// Overlap is the share of the copies' device time the host did not
+	// spend waiting for them, from 0 (every copy waited for, nothing
+	// overlapped) to 1 (every copy hidden behind the producer and the
+	// consumer); 0 where the copies were not timed.
+	Overlap float64
 }
 
-// Bandwidth is the copies' achieved bandwidth in bytes per second (Bytes
-// over Copy), 0 where the copies were not timed.
-func (s PrefetchStats) Bandwidth() float64 {
+// finish sets the figures computed from the others, once Run is over.
+func (s *PrefetchStats) finish(wall time.Duration) {
+	s.Wall = wall
 	if !s.Timed || s.Copy <= 0 {
-		return 0
+		return
 	}
-	return float64(s.Bytes) / s.Copy.Seconds()
-}
-
-// Overlap is the share of the copies' device time the host did not spend
-// waiting for them, from 0 (every copy waited for, nothing overlapped) to
-// 1 (every copy hidden behind the producer and the consumer); 0 where the
-// copies were not timed.
-func (s PrefetchStats) Overlap() float64 {
-	if !s.Timed || s.Copy <= 0 {
-		return 0
-	}
-	return min(max(1-float64(s.Stall)/float64(s.Copy), 0), 1)
+	s.Bandwidth = float64(s.Bytes) / s.Copy.Seconds()
+	s.Overlap = min(max(1-float64(s.Stall)/float64(s.Copy), 0), 1)
 }
 
 // NewPrefetcher makes a prefetcher to device d with buffers pinned host
@@ -182,7 +180,7 @@ func NewPrefetcher[T any](d *Device, buffers, batch int) (*Prefetcher[T], error)
 func (p *Prefetcher[T]) Run(ctx context.Context, produce func(i int, host []T) (int, error), consume func(b *Batch[T]) error) (st PrefetchStats, err error) {
 	st.Timed = p.timed
 	t0 := time.Now()
-	defer func() { st.Wall = time.Since(t0) }()
+	defer func() { st.finish(time.Since(t0)) }()
 	if ctx == nil || produce == nil || consume == nil {
 		return st, fmt.Errorf("%v: prefetch: %w: a nil context, producer or consumer", p.d, ErrInvalidArgument)
 	}

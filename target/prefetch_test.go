@@ -119,10 +119,10 @@ func prefetchData(t *testing.T, d *Device, buffers int) {
 	require.GreaterOrEqual(t, st.Wall, st.Produce+st.Consume)
 	require.True(t, st.Timed, "every driver here times events (HSA from its copies' timestamps)")
 	require.Positive(t, st.Copy)
-	require.Positive(t, st.Bandwidth())
-	require.InDelta(t, 0.5, st.Overlap(), 0.5)
+	require.Positive(t, st.Bandwidth)
+	require.InDelta(t, 0.5, st.Overlap, 0.5)
 	t.Logf("%v, %d buffers: %d batches, %d bytes in %v; stall %v, copy device time %v (%.2f GB/s), overlap %.2f",
-		d, buffers, st.Batches, st.Bytes, st.Wall, st.Stall, st.Copy, st.Bandwidth()/1e9, st.Overlap())
+		d, buffers, st.Batches, st.Bytes, st.Wall, st.Stall, st.Copy, st.Bandwidth/1e9, st.Overlap)
 
 	// Run again, on the same buffers: a new stream of batches.
 	seen = nil

@@ -138,8 +138,9 @@ func (q *Queue) appendLocked(p pending) {
 	}
 }
 
-// Synchronize waits for all work submitted so far and releases what it held.
-func (q *Queue) Synchronize() error {
+// synchronize waits in the driver for all work submitted so far and
+// releases what the queue held.
+func (q *Queue) synchronize() error {
 	q.life.RLock()
 	q.mu.Lock()
 	if q.closed {

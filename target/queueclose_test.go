@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"github.com/ompalloc/ompalloc/internal/device"
 	"sync/atomic"
 	"testing"
@@ -49,7 +50,7 @@ func TestCloseAfterFailedSynchronize(t *testing.T) {
 	require.Zero(t, freed.Load())
 	err = q.Close()
 	require.ErrorIs(t, err, ErrWorkPending, "a second Close does not pretend success")
-	require.ErrorIs(t, q.Synchronize(), ErrQueueClosed)
+	require.ErrorIs(t, q.Synchronize(context.Background()), ErrQueueClosed)
 
 	f.failSync.Store(false)
 	f.release()

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -53,7 +54,7 @@ func BenchmarkSubmitSmall(b *testing.B) {
 		for _, mode := range []string{"staged", "pageable", "pinned"} {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
 				src := pageable
-				cfg := DefaultStagingConfig()
+				cfg := defaultStagingConfig()
 				switch mode {
 				case "pageable":
 					cfg.Threshold = 0
@@ -69,13 +70,13 @@ func BenchmarkSubmitSmall(b *testing.B) {
 					if err := d.submit(dst, src, size, q); err != nil {
 						b.Fatal(err)
 					}
-					if err := q.Synchronize(); err != nil {
+					if err := q.Synchronize(context.Background()); err != nil {
 						b.Fatal(err)
 					}
 				}
 			})
 		}
-		d.SetStagingConfig(DefaultStagingConfig())
+		d.SetStagingConfig(defaultStagingConfig())
 		require.NoError(b, d.Free(MemHost, pinnedMem))
 		require.NoError(b, d.Free(MemDevice, dst))
 	}

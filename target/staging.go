@@ -7,7 +7,12 @@ import (
 	"github.com/ompalloc/ompalloc/internal/plugin"
 )
 
-// StagingConfig sets a device's pinned staging pool.
+// StagingConfig sets a device's pinned staging pool. A device starts with
+// Threshold 64 KiB (the sizes where a driver's own pageable path costs most
+// relative to the copy) and MaxPoolBytes 4 MiB, unless
+// OMPALLOC_STAGING_THRESHOLD or OMPALLOC_STAGING_POOL say otherwise;
+// Device.StagingConfig returns what a device has, to set it back after a
+// change.
 type StagingConfig struct {
 	// Threshold is the largest host→device copy from pageable memory that is
 	// staged through a pinned buffer. 0 turns staging off.
@@ -17,13 +22,11 @@ type StagingConfig struct {
 	MaxPoolBytes uintptr
 }
 
-// DefaultStagingConfig returns the configuration a device starts with
-// (unless OMPALLOC_STAGING_THRESHOLD or OMPALLOC_STAGING_POOL say otherwise): stage copies
-// up to 64 KiB (the sizes where a driver's own pageable path costs most
-// relative to the copy), keep up to 4 MiB of free buffers per device. A
-// function, not a variable, so that no program can change every later
+// defaultStagingConfig returns the configuration a device starts with
+// unless the environment says otherwise (StagingConfig's doc gives it). A
+// function, not a variable, so that nothing can change every later
 // device's defaults behind the environment's back.
-func DefaultStagingConfig() StagingConfig {
+func defaultStagingConfig() StagingConfig {
 	return StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 4 << 20}
 }
 

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -92,7 +93,7 @@ func TestStagingOffReadsSourceLate(t *testing.T) {
 	f.holdWork()
 	submitRound(t, d, q, src, dsts, size, 0)
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.False(t, hasFill(dsts[0], size, 0), "an unstaged late copy reads what the source holds when it runs")
 	require.True(t, hasFill(dsts[0], size, n-1))
 	require.Equal(t, StagingStats{}, d.StagingStats())
@@ -137,7 +138,7 @@ func TestStagingConcurrentSubmissions(t *testing.T) {
 				}
 				switch r.IntN(8) {
 				case 0:
-					if err := q.Synchronize(); err != nil {
+					if err := q.Synchronize(context.Background()); err != nil {
 						errs <- err
 						return
 					}
@@ -156,7 +157,7 @@ func TestStagingConcurrentSubmissions(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, q := range queues {
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 	}
 	for g := range subs {
 		for _, s := range subs[g] {
@@ -207,7 +208,7 @@ func TestStagingChoosesPath(t *testing.T) {
 			_, _, pinnedBefore, _ := f.counts()
 			fill(tt.src, tt.n, i)
 			require.NoError(t, d.submit(dst, tt.src, tt.n, tt.q))
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.True(t, hasFill(dst, tt.n, i))
 			after := d.StagingStats()
 			staged := after.Hits+after.Misses > before.Hits+before.Misses
@@ -229,7 +230,7 @@ func TestStagingAllocFailureSubmitsUnstaged(t *testing.T) {
 	src := hostMem(t, 64)
 	fill(src, 64, 7)
 	require.NoError(t, d.submit(dst, src, 64, q), "staging is optional, never an error")
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, hasFill(dst, 64, 7))
 	s := d.StagingStats()
 	require.Equal(t, uint64(1), s.Unstaged)
@@ -250,7 +251,7 @@ func TestStagingPoolLimit(t *testing.T) {
 		require.NoError(t, d.submit(dst, src, 4096, q))
 	}
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	s := d.StagingStats()
 	require.Equal(t, uintptr(3*4096), s.PoolBytes, "the pool keeps what its limit allows")
 	require.Equal(t, uint64(2), s.Freed, "and frees the rest")
@@ -264,18 +265,18 @@ func TestStagingPoolLimit(t *testing.T) {
 	// A threshold between two classes keeps the class that holds it.
 	d.SetStagingConfig(StagingConfig{Threshold: 3000, MaxPoolBytes: 1 << 20})
 	require.NoError(t, d.submit(dst, src, 3000, q))
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	s = d.StagingStats()
 	require.Equal(t, uintptr(4096), s.PoolBytes)
 	require.NoError(t, d.submit(dst, src, 3000, q))
 	require.Equal(t, uint64(1), d.StagingStats().Hits-s.Hits)
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 
 	// Staging off: nothing is kept, nothing staged.
 	d.SetStagingConfig(StagingConfig{Threshold: 0, MaxPoolBytes: 1 << 20})
 	require.Zero(t, d.StagingStats().PoolBytes)
 	require.NoError(t, d.submit(dst, src, 64, q))
-	require.NoError(t, q.Synchronize()) // unstaged: the copy reads src late
+	require.NoError(t, q.Synchronize(context.Background())) // unstaged: the copy reads src late
 	require.Equal(t, s.Misses, d.StagingStats().Misses)
 }
 
@@ -301,7 +302,7 @@ func TestShutdownFreesBuffersOfUnfinishedQueues(t *testing.T) {
 	require.True(t, f.closed)
 
 	require.ErrorIs(t, d.submit(dst, src, 8, q), ErrShutdown)
-	require.ErrorIs(t, q.Synchronize(), ErrQueueClosed)
+	require.ErrorIs(t, q.Synchronize(context.Background()), ErrQueueClosed)
 	_, err = d.NewQueue()
 	require.ErrorIs(t, err, ErrShutdown)
 	require.NoError(t, q.Close(), "closing twice is harmless")
@@ -340,7 +341,7 @@ func TestQueueSubmitRacesQuery(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	_, _, _, freedReads := f.counts()
 	require.Zero(t, freedReads)
 	for i, dst := range dsts {
@@ -371,7 +372,7 @@ func (instantImpl) Copy(dst, src, n uintptr, _ plugin.Direction, _ plugin.QueueI
 func BenchmarkSubmit(b *testing.B) {
 	for _, mode := range []string{"staged", "pinned", "pageable"} {
 		b.Run(mode, func(b *testing.B) {
-			cfg := DefaultStagingConfig()
+			cfg := defaultStagingConfig()
 			if mode == "pageable" {
 				cfg.Threshold = 0
 			}
@@ -393,7 +394,7 @@ func BenchmarkSubmit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			require.NoError(b, q.Synchronize())
+			require.NoError(b, q.Synchronize(context.Background()))
 			if mode == "staged" {
 				require.LessOrEqual(b, d.StagingStats().Misses, uint64(2), "buffers are reused")
 			}

@@ -95,12 +95,12 @@ func tensorPool(t *testing.T, d *Device) {
 	}
 	require.NoError(t, d.PoolFree(other, nil))
 	release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	st := d.PoolStats()
 	require.Zero(t, st.InUse)
 	require.NotZero(t, st.Reserved)
 
-	require.NoError(t, q.Synchronize()) // the last block freed waits for q's (empty) work until q is asked
+	require.NoError(t, q.Synchronize(context.Background())) // the last block freed waits for q's (empty) work until q is asked
 	// A driver pool gives back a free once the host observed it complete.
 	require.Eventually(t, func() bool {
 		reserved := d.PoolStats().Reserved
@@ -245,7 +245,7 @@ func tensorEvents(t *testing.T, a, b *Device) {
 	release()
 	back := make([]byte, n)
 	require.NoError(t, CopyFromDevice(back, bufB, qb))
-	require.NoError(t, qb.Synchronize())
+	require.NoError(t, qb.Synchronize(context.Background()))
 	require.Equal(t, want, back, "the copy on the waiting queue read a's buffer before a's work completed")
 	ok, err = end.Query()
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func tensorEvents(t *testing.T, a, b *Device) {
 	longWork(t, qa, bufA, chunks, 9)
 	require.NoError(t, end.Record(qa))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	require.ErrorIs(t, qa.SynchronizeContext(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, qa.Synchronize(ctx), context.DeadlineExceeded)
 	require.ErrorIs(t, end.Synchronize(ctx), context.DeadlineExceeded)
 	cancel()
 	ok, err = end.Query()
@@ -282,12 +282,12 @@ func tensorEvents(t *testing.T, a, b *Device) {
 	require.False(t, ok, "the work is held: the event cannot be complete")
 	release()
 	require.NoError(t, end.Synchronize(context.Background()))
-	require.NoError(t, qa.SynchronizeContext(context.Background()))
+	require.NoError(t, qa.Synchronize(context.Background()))
 	one := make([]byte, n)
 	require.NoError(t, CopyFromDevice(one, bufA, qa))
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
-	require.NoError(t, qa.SynchronizeContext(ctx2))
+	require.NoError(t, qa.Synchronize(ctx2))
 	require.Equal(t, byte(9), one[0])
 }
 
@@ -314,7 +314,7 @@ func tensorPin(t *testing.T) {
 		require.NoError(t, err)
 		staged := d.StagingStats().Misses + d.StagingStats().Hits
 		require.NoError(t, CopyToDevice(buf, xs, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.Equal(t, staged, d.StagingStats().Misses+d.StagingStats().Hits, "no staging for pinned memory")
 		back := make([]float32, len(xs))
 		require.NoError(t, CopyFromDevice(back, buf, nil))
@@ -348,7 +348,7 @@ func tensorPin(t *testing.T) {
 		returns(t, release, "Unpin", h.Unpin)
 		require.True(t, IsPinned(ys), "%v: locked while the copy into it is queued", d)
 		release()
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.False(t, IsPinned(ys), "%v: unlocked behind the copy", d)
 		require.Equal(t, want, ys)
 		require.NoError(t, q.Close())
@@ -375,7 +375,7 @@ func tensorPin(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, CopyFromDevice(small[32:48], buf, q))
 		require.NoError(t, CopyFromDevice(small[:16], buf, q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.Equal(t, want, small[32:48])
 		require.Equal(t, want, small[:16])
 		require.NoError(t, q.Close())

@@ -76,7 +76,7 @@ func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
 	}
 	switch {
 	case dd.host && sd.host:
-		if err := q.Synchronize(); err != nil {
+		if err := q.synchronize(); err != nil {
 			return err
 		}
 		return hostCopy(dst, src, n)
@@ -94,7 +94,7 @@ func MemcpyAsync(dst, src, n uintptr, dstDev, srcDev int, q *Queue) error {
 	if ok {
 		return copyPeer(pc, q.dev, dd, sd, dst, src, n, q)
 	}
-	if err := q.Synchronize(); err != nil {
+	if err := q.synchronize(); err != nil {
 		return err
 	}
 	return bounce(dd, sd, dst, src, n)
@@ -228,7 +228,7 @@ func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
 	if err := sd.retrieve(bufs[0], src, min(chunk, n), sq); err != nil {
 		return err
 	}
-	if err := sq.Synchronize(); err != nil {
+	if err := sq.synchronize(); err != nil {
 		return err
 	}
 	for i := uintptr(0); i < chunks; i++ {
@@ -239,11 +239,11 @@ func bounce(dd, sd *Device, dst, src, n uintptr) (err error) {
 		if i+1 < chunks {
 			off, k := at(i + 1)
 			if err := sd.retrieve(bufs[(i+1)%2], src+off, k, sq); err != nil {
-				return errors.Join(err, dq.Synchronize())
+				return errors.Join(err, dq.synchronize())
 			}
 		}
 		// Chunk i+1 has landed in its buffer, and chunk i's buffer is free.
-		if err := errors.Join(sq.Synchronize(), dq.Synchronize()); err != nil {
+		if err := errors.Join(sq.synchronize(), dq.synchronize()); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestTypedRoundTrip(t *testing.T) {
 			require.NoError(t, CopyArray(b, a, q))
 			back := make([]float64, n)
 			require.NoError(t, CopyFromDevice(back, b, q))
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.Equal(t, xs, back)
 
 			// Parts: the second half of a into the first half of b.
@@ -115,7 +116,7 @@ func TestQueuedCopyKeepsGoMemory(t *testing.T) {
 	}
 	require.NotNil(t, wp.Value(), "the source of a queued copy was collected before the copy ran")
 	f.release()
-	require.NoError(t, q.Synchronize())
+	require.NoError(t, q.Synchronize(context.Background()))
 	back := make([]byte, n)
 	require.NoError(t, CopyFromDevice(back, a, nil))
 	for i := range back {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -514,7 +515,7 @@ func smallCopySection(c *benchConfig, d *target.Device) *benchSection {
 							if err := target.MemcpyAsync(t.dev, src, size, d.ID, target.InitialDevice(), q); err != nil {
 								return err
 							}
-							if err := q.Synchronize(); err != nil {
+							if err := q.Synchronize(context.Background()); err != nil {
 								return err
 							}
 						}

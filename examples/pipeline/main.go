@@ -99,7 +99,7 @@ func run(ctx context.Context, d *target.Device, buffers int, compute *target.Que
 		}
 		return target.CopyArray(out, b.Data, compute) // the kernel stand-in
 	})
-	err = errors.Join(err, compute.SynchronizeContext(ctx), pf.Close())
+	err = errors.Join(err, compute.Synchronize(ctx), pf.Close())
 	return st, pinned, err
 }
 
@@ -184,7 +184,7 @@ func main() {
 		SerialNs: serial.Wall.Nanoseconds(), PipelinedNs: over.Wall.Nanoseconds(),
 		Overlap:     1 - float64(over.Wall)/float64(serial.Wall),
 		Throughput:  float64(over.Bytes) / over.Wall.Seconds() / 1e9,
-		CopyOverlap: over.Overlap()}
+		CopyOverlap: over.Overlap}
 	fmt.Printf("%d batches of %d MiB: one buffer %v, two buffers %v: overlap saved %.0f%%\n",
 		batches, elems*4>>20, serial.Wall.Round(time.Microsecond), over.Wall.Round(time.Microsecond), 100*res.Overlap)
 	fmt.Printf("host: producing %v, waiting for copies %v\n", over.Produce.Round(time.Microsecond), over.Stall.Round(time.Microsecond))
@@ -192,7 +192,7 @@ func main() {
 		fmt.Println("(the host device's queues do their work at once: the difference is noise, not overlap)")
 	}
 	if over.Timed {
-		res.H2D = over.Bandwidth() / 1e9
+		res.H2D = over.Bandwidth / 1e9
 		fmt.Printf("achieved host-to-device bandwidth: %.2f GB/s (device time of %d copies, from events; %.0f%% of it hidden behind the host's work)\n",
 			res.H2D, over.Batches, 100*res.CopyOverlap)
 		one, err := peak(ctx, d)

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log"
 
@@ -94,7 +95,7 @@ func main() {
 	if err := target.CopyToDevice(devParams, params, q); err != nil {
 		log.Fatal(err)
 	}
-	if err := q.Synchronize(); err != nil {
+	if err := q.Synchronize(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	if err := pin.Unpin(); err != nil {

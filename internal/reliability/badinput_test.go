@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -506,7 +507,7 @@ func goAPICases() []badCase {
 		q, err := w.host.NewQueue()
 		require.NoError(t, err)
 		require.NoError(t, q.Close())
-		isErr(target.ErrQueueClosed)(t, q.Synchronize())
+		isErr(target.ErrQueueClosed)(t, q.Synchronize(context.Background()))
 		_, err = q.Query()
 		isErr(target.ErrQueueClosed)(t, err)
 		isErr(target.ErrQueueClosed)(t, target.MemcpyAsync(w.lockBuf, w.lockBuf+8, 8, w.host.ID, w.host.ID, q))

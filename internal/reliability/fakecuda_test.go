@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"os"
 	"testing"
 	"unsafe"
@@ -233,6 +234,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		src := hostBuf(t, 4096)
 		pattern(bytesAt(cmem.Ptr(src), 4096), 7)
 		before := d0.StagingStats()
+		staging := d0.StagingConfig()
 		d0.SetStagingConfig(target.StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 0}) // no free buffer to hit
 		undo := injectCUDA(t, "cuMemHostAlloc")
 		_, err = d0.Alloc(plugin.MemHost, 4096)
@@ -240,7 +242,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), "staging is optional: the copy goes unstaged")
 		undo()
 		faults += 2
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		after := d0.StagingStats()
 		require.Equal(t, before.AllocFailures+1, after.AllocFailures)
 		require.Equal(t, before.Unstaged+1, after.Unstaged)
@@ -249,7 +251,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 4096), 7), "the data arrived")
 		require.NoError(t, q.Close())
 		require.NoError(t, d0.Free(plugin.MemDevice, dst))
-		d0.SetStagingConfig(target.DefaultStagingConfig())
+		d0.SetStagingConfig(staging)
 	})
 
 	step("cuMemcpyHtoDAsync/staged and unstaged submits", func(t *testing.T) {
@@ -267,7 +269,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		require.Zero(t, d0.StagingStats().InUseBytes, "the staging buffer went back to the pool")
 		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q))
 		require.NoError(t, target.MemcpyAsync(dst+4096, src+4096, 1<<20-4096, d0.ID, target.InitialDevice(), q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		back := hostBuf(t, 1<<20)
 		require.NoError(t, target.Memcpy(back, dst, 1<<20, host, 0))
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 1<<20), 9))
@@ -317,10 +319,10 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		pattern(bytesAt(cmem.Ptr(src), 4096), 5)
 		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q))
 		undo := injectCUDA(t, "cuStreamSynchronize")
-		require.ErrorContains(t, q.Synchronize(), "cuStreamSynchronize")
+		require.ErrorContains(t, q.Synchronize(context.Background()), "cuStreamSynchronize")
 		undo()
 		faults++
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.Zero(t, d0.StagingStats().InUseBytes)
 		back := hostBuf(t, 4096)
 		require.NoError(t, target.Memcpy(back, dst, 4096, host, 0))

@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"os"
 	"testing"
 	"unsafe"
@@ -118,6 +119,7 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		require.NoError(t, err)
 		src := hostBuf(t, 4096)
 		pattern(bytesAt(cmem.Ptr(src), 4096), 4)
+		staging := d0.StagingConfig()
 		d0.SetStagingConfig(target.StagingConfig{Threshold: 64 << 10, MaxPoolBytes: 0})
 		undo := injectHSA(t, "hsa_amd_memory_pool_allocate:*")
 		_, err = d0.Alloc(plugin.MemDevice, 4096)
@@ -125,13 +127,13 @@ func TestHSADriverFaultsChild(t *testing.T) {
 		require.NoError(t, target.MemcpyAsync(dst, src, 4096, d0.ID, target.InitialDevice(), q), "unstaged when no staging buffer can be had")
 		undo()
 		faults += 2
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		back := hostBuf(t, 4096)
 		require.NoError(t, target.Memcpy(back, dst, 4096, host, 0))
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 4096), 4))
 		require.NoError(t, q.Close())
 		require.NoError(t, d0.Free(plugin.MemDevice, dst))
-		d0.SetStagingConfig(target.DefaultStagingConfig())
+		d0.SetStagingConfig(staging)
 	})
 
 	step("hsa_amd_memory_async_copy and hsa_signal_create", func(t *testing.T) {
@@ -151,7 +153,7 @@ func TestHSADriverFaultsChild(t *testing.T) {
 			require.Zero(t, d0.StagingStats().InUseBytes)
 		}
 		require.NoError(t, target.MemcpyAsync(dst, src, 1<<16, d0.ID, target.InitialDevice(), q))
-		require.NoError(t, q.Synchronize())
+		require.NoError(t, q.Synchronize(context.Background()))
 		require.NoError(t, target.Memcpy(back, dst, 1<<16, host, 0))
 		require.True(t, holds(bytesAt(cmem.Ptr(back), 1<<16), 6))
 		require.NoError(t, q.Close())

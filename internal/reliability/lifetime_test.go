@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"testing"
 	"unsafe"
 
@@ -71,7 +72,7 @@ func useEverything(t *testing.T) {
 			dd, err := dv.Alloc(plugin.MemDevice, 4096)
 			require.NoError(t, err)
 			require.NoError(t, target.MemcpyAsync(dd, uintptr(buf), 100, dv.ID, target.InitialDevice(), q)) // staged
-			require.NoError(t, q.Synchronize())
+			require.NoError(t, q.Synchronize(context.Background()))
 			require.NoError(t, dv.Free(plugin.MemDevice, dd))
 		}
 		require.NoError(t, q.Close())

@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -360,7 +361,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 						if err := target.MemcpyAsync(uintptr(b.p), devBuf, n, target.InitialDevice(), dev.ID, q); err != nil {
 							report("retrieve: %v", err)
 						}
-						if err := q.Synchronize(); err != nil {
+						if err := q.Synchronize(context.Background()); err != nil {
 							report("synchronize: %v", err)
 						}
 					}

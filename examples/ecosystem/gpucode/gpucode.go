@@ -5,6 +5,7 @@
 package gpucode
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -40,5 +41,5 @@ func RoundTrip(d *target.Device, xs []float32) (out []float32, err error) {
 	if err := target.CopyFromDevice(out, res, q); err != nil {
 		return nil, err
 	}
-	return out, q.Synchronize()
+	return out, q.Synchronize(context.Background())
 }

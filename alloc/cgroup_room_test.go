@@ -38,7 +38,7 @@ func TestPinnedLimitFollowsTheCgroupNow(t *testing.T) {
 			require.NoError(t, Free(p))
 		}
 	})
-	_, base := PinnedLimit()
+	_, base := pinnedLimit()
 	pin := func() error {
 		p, err := a.Alloc(4<<20 - 64<<10) // a region of its own, locked whole
 		if err == nil {
@@ -61,7 +61,7 @@ func TestPinnedLimitFollowsTheCgroupNow(t *testing.T) {
 	for _, w := range []string{"cgroup v2 memory.max of 128 MiB", "/sys/fs/cgroup/app/memory.max", "raise its memory limit", "OOM killer"} {
 		require.ErrorContains(t, err, w)
 	}
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	t.Logf("pinned %d MiB, then: %v", (used-base)>>20, err)
 	require.LessOrEqual(t, int64(used), int64(64<<20), "at most half the lowered limit")
 	require.Greater(t, int64(used), int64(56<<20), "up to it")

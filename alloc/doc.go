@@ -84,10 +84,13 @@
 // OMP_ALLOCATOR (OpenMP 5.1 syntax; see package traits) sets the default
 // allocator at first use; a bad value warns once and keeps
 // omp_default_mem_alloc. OMPALLOC_PINNED_LIMIT overrides the limit on
-// pinned bytes ("0": none; sizes take K, M, G suffixes; SetPinnedLimit).
+// pinned bytes ("0": none; sizes take K, M, G suffixes; SetPinnedLimit;
+// ReadPinnedStats reports the limit and what it counts).
 // OMPALLOC_HUGEPAGES chooses the pages of pinned chunks and huge regions:
-// thp (the default), off or hugetlb (SetHugePages). OMPALLOC_LEAKCHECK=1
-// turns leak-check mode on (SetLeakCheck): every block allocated from then
-// on records the stack that allocated it, for LeakedBlocks; it costs a stack
-// capture per allocation, and one atomic load when off.
+// thp (the default), off or hugetlb (SetHugePages; ReadPinnedStats reports
+// the mode). OMPALLOC_LEAKCHECK=1 turns leak-check mode on (SetLeakCheck,
+// which returns the previous setting): every block allocated from then on
+// records the stack that allocated it, which LiveBlocks reports with the
+// blocks; it costs a stack capture per allocation, and one atomic load when
+// off.
 package alloc

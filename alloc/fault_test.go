@@ -28,7 +28,7 @@ type baseline struct {
 func takeBaseline(t *testing.T) baseline {
 	t.Helper()
 	Trim()
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	return baseline{pinnedUsed: used, regLen: defaultRegistryLen(t), vmLck: vmLckKiB(t), live: liveTotal()}
 }
 
@@ -49,7 +49,7 @@ func liveTotal() int64 {
 func (b baseline) require(t *testing.T) {
 	t.Helper()
 	Trim()
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	require.Equal(t, b.pinnedUsed, used, "pinned bytes back to baseline")
 	require.Equal(t, b.regLen, defaultRegistryLen(t), "registry back to baseline")
 	require.Equal(t, b.vmLck, vmLckKiB(t), "VmLck back to baseline")
@@ -283,7 +283,7 @@ func TestFallbackKeepsAllocatorAlignment(t *testing.T) {
 // return to the baseline once everything is freed and trimmed.
 func TestPinnedLimitBehavesLikeAFailedPin(t *testing.T) {
 	base := takeBaseline(t)
-	max0, used0 := PinnedLimit()
+	max0, used0 := pinnedLimit()
 	if runtime.GOOS == "linux" {
 		require.NotZero(t, max0, "linux always has a default limit (RLIMIT_MEMLOCK or half of RAM)")
 	}
@@ -296,7 +296,7 @@ func TestPinnedLimitBehavesLikeAFailedPin(t *testing.T) {
 	for range 64 {
 		var p unsafe.Pointer
 		p, err = nullFb.Alloc(1 << 20)
-		max, used := PinnedLimit()
+		max, used := pinnedLimit()
 		require.LessOrEqual(t, used, max, "never above the limit")
 		if err != nil {
 			break

@@ -76,9 +76,9 @@ func hugeModeFromEnv() HugePageMode {
 	return m
 }
 
-// HugePages returns the huge page mode pinned chunks are mapped with
-// (OMPALLOC_HUGEPAGES, or the last SetHugePages).
-func HugePages() HugePageMode {
+// hugePages returns the huge page mode pinned chunks are mapped with
+// (OMPALLOC_HUGEPAGES, or the last SetHugePages; ReadPinnedStats reports it).
+func hugePages() HugePageMode {
 	initHugeMode()
 	return HugePageMode(hugeModeVal.Load())
 }
@@ -88,7 +88,7 @@ func HugePages() HugePageMode {
 // pages. An unknown mode is an error and changes nothing.
 func SetHugePages(m HugePageMode) (HugePageMode, error) {
 	if m < HugePagesTHP || m > HugePagesTLB {
-		return HugePages(), fmt.Errorf("alloc: SetHugePages: %v is not a huge page mode (HugePagesTHP, HugePagesOff, HugePagesTLB)", m)
+		return hugePages(), fmt.Errorf("alloc: SetHugePages: %v is not a huge page mode (HugePagesTHP, HugePagesOff, HugePagesTLB)", m)
 	}
 	initHugeMode()
 	return HugePageMode(hugeModeVal.Swap(int32(m))), nil
@@ -117,7 +117,7 @@ func (s *pinSource) RegionSize(n uintptr) uintptr {
 	if n%hugeTLBPage == 0 {
 		return n // whole huge pages already: no mode to read (a huge pinned block's allocation asks)
 	}
-	if HugePages() == HugePagesTLB {
+	if hugePages() == HugePagesTLB {
 		return (n + hugeTLBPage - 1) &^ (hugeTLBPage - 1)
 	}
 	return n
@@ -130,7 +130,7 @@ func (s *pinSource) mapPages(c *dl.LibC, n, align, lockN uintptr) (uintptr, erro
 	// A chunk locked only in part (under the pinned-bytes limit) stays on
 	// normal pages: hugetlb would pin 2 MiB units the limit does not allow.
 	// So does a region sized before a switch to hugetlb (not 2 MiB whole).
-	if HugePages() != HugePagesTLB || lockN != n || n%hugeTLBPage != 0 {
+	if hugePages() != HugePagesTLB || lockN != n || n%hugeTLBPage != 0 {
 		return c.MapAligned(n, align)
 	}
 	p, err := numa.MapHugeTLB(n, max(align, hugeTLBPage))

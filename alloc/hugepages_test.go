@@ -48,7 +48,7 @@ func TestParseHugePageMode(t *testing.T) {
 }
 
 func TestSetHugePagesReturnsThePreviousMode(t *testing.T) {
-	orig := HugePages()
+	orig := hugePages()
 	t.Cleanup(func() { _, _ = SetHugePages(orig) })
 	prev, err := SetHugePages(HugePagesTLB)
 	require.NoError(t, err)
@@ -56,12 +56,12 @@ func TestSetHugePagesReturnsThePreviousMode(t *testing.T) {
 	prev, err = SetHugePages(HugePagesOff)
 	require.NoError(t, err)
 	require.Equal(t, HugePagesTLB, prev)
-	require.Equal(t, HugePagesOff, HugePages())
+	require.Equal(t, HugePagesOff, hugePages())
 
 	prev, err = SetHugePages(HugePageMode(7))
 	require.ErrorContains(t, err, "HugePageMode(7) is not a huge page mode")
 	require.Equal(t, HugePagesOff, prev, "a bad mode changes nothing")
-	require.Equal(t, HugePagesOff, HugePages())
+	require.Equal(t, HugePagesOff, hugePages())
 }
 
 func TestHugePagesEnvWarnsOnABadValue(t *testing.T) {
@@ -176,7 +176,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	vmBase, hugeBase := vmLckKiB(t), hugetlbKiB(t)
 	before := hugetest.Pool(t)
 	stBefore := ReadPinnedStats()
-	_, usedBefore := PinnedLimit()
+	_, usedBefore := pinnedLimit()
 
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	small, err := a.Alloc(100)
@@ -207,7 +207,7 @@ func TestPinnedMemoryInHugeTLBPages(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uintptr(8<<20), pool.Locked, "the region is counted as mapped: 4 MiB, not 3")
 	require.Equal(t, uintptr(8<<20), pool.HugeTLB)
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	require.Equal(t, uintptr(8<<20), used-usedBefore, "the limit counts the whole pages")
 	require.Len(t, device.HugeTLBRanges(), 2, "the device core knows both holds are hugetlb (the leak check leaves them out of VmLck)")
 

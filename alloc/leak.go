@@ -45,9 +45,6 @@ func SetLeakCheck(on bool) (was bool) {
 
 var leakMu sync.Mutex // orders SetLeakCheck's calls
 
-// LeakCheck reports whether leak-check mode is on.
-func LeakCheck() bool { return leakCheck.Load() }
-
 // leakRecordAlloc remembers who allocated p (leak-check mode only).
 func leakRecordAlloc(a *Allocator, p unsafe.Pointer, size uintptr) {
 	pcs := make([]uintptr, 32)
@@ -57,59 +54,53 @@ func leakRecordAlloc(a *Allocator, p unsafe.Pointer, size uintptr) {
 
 func leakForget(p unsafe.Pointer) { leakStacks.Delete(uintptr(p)) }
 
-// Live is one allocator's count of blocks not yet freed.
+// Live is one allocator's blocks not yet freed: what LiveBlocks reports.
 type Live struct {
-	Allocator string // the allocator's name
-	Handle    Handle
-	Blocks    int64 // live blocks
-	Bytes     int64 // their requested bytes
-	Destroyed bool  // destroyed with these blocks still live
-}
-
-// String says it once: "omp_default_mem_alloc: 2 blocks (128 bytes)".
-func (l Live) String() string {
-	s := fmt.Sprintf("%s: %d %s (%d bytes)", l.Allocator, l.Blocks, plural(l.Blocks, "block", "blocks"), l.Bytes)
-	if l.Destroyed {
-		s += ", destroyed"
-	}
-	return s
+	Allocator string // the allocator's name ("omp_default_mem_alloc", "allocator#1025(omp_default_mem_space)")
+	Blocks    int64  // live blocks
+	Bytes     int64  // their requested bytes
+	Destroyed bool   // destroyed with these blocks still live
+	// Stacks says where the live blocks allocated in leak-check mode
+	// (SetLeakCheck, OMPALLOC_LEAKCHECK=1) were allocated, one entry per
+	// block by address: "0xc000200000, 64 bytes" and, on the lines below,
+	// the stack, one frame per two indented lines. Blocks allocated while
+	// the mode was off have none: len(Stacks) < Blocks says some are
+	// missing.
+	Stacks []string
 }
 
 // LiveBlocks returns every allocator, predefined or made with New and not
-// yet released, that has blocks still allocated, in handle order. A
+// yet released, that has blocks still allocated, in handle order, with the
+// stacks that allocated them where leak-check mode recorded them. A
 // program (or a test's TestMain) that has freed everything gets none.
 func LiveBlocks() []Live {
 	initOnce.Do(initPredefined)
+	stacks := map[*Allocator][]leakEntry{}
+	leakStacks.Range(func(k, v any) bool {
+		r := v.(*leakRecord)
+		stacks[r.a] = append(stacks[r.a], leakEntry{k.(uintptr), r})
+		return true
+	})
 	var out []Live
 	allocators(func(a *Allocator) {
 		st := a.shards.sum()
 		if st.BlocksLive != 0 {
-			out = append(out, Live{Allocator: a.name, Handle: a.Handle(), Blocks: st.BlocksLive,
-				Bytes: st.BytesLive, Destroyed: a.head.Destroyed.Load()})
+			l := Live{Allocator: a.name, Blocks: st.BlocksLive, Bytes: st.BytesLive, Destroyed: a.head.Destroyed.Load()}
+			es := stacks[a]
+			sort.Slice(es, func(i, j int) bool { return es[i].p < es[j].p })
+			for _, e := range es {
+				l.Stacks = append(l.Stacks, fmt.Sprintf("%#x, %d bytes\n%s", e.p, e.r.size, formatStack(e.r.stack)))
+			}
+			out = append(out, l)
 		}
 	})
 	return out
 }
 
-// LeakedBlock is a live block allocated in leak-check mode.
-type LeakedBlock struct {
-	Ptr       uintptr
-	Size      uintptr
-	Allocator string
-	Stack     string // where it was allocated, one frame per line
-}
-
-// LeakedBlocks returns the blocks allocated while leak-check mode was on
-// and not freed since, with the stacks that allocated them, by address.
-func LeakedBlocks() []LeakedBlock {
-	var out []LeakedBlock
-	leakStacks.Range(func(k, v any) bool {
-		r := v.(*leakRecord)
-		out = append(out, LeakedBlock{Ptr: k.(uintptr), Size: r.size, Allocator: r.a.name, Stack: formatStack(r.stack)})
-		return true
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Ptr < out[j].Ptr })
-	return out
+// leakEntry is one recorded block: its address and record.
+type leakEntry struct {
+	p uintptr
+	r *leakRecord
 }
 
 func formatStack(pcs []uintptr) string {

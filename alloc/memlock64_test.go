@@ -65,7 +65,7 @@ func TestMemlock64Child(t *testing.T) {
 	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "memlock64" {
 		t.Skip("run by TestDockerMemlock64KiBServesWhatFits in a child process")
 	}
-	limit, _ := alloc.PinnedLimit()
+	limit := alloc.ReadPinnedStats().Limit
 	require.Equal(t, uintptr(64<<10), limit, "the default limit is RLIMIT_MEMLOCK")
 	base := leakcheck.Start()
 	vm0, hasVm := leakcheck.VmLckKiB()
@@ -126,7 +126,7 @@ func TestMemlock64Child(t *testing.T) {
 	alloc.Trim()
 	require.NoError(t, base.Consistent())
 	require.Zero(t, alloc.ReadPinnedStats().Bytes, "Trim gave it back")
-	_, used := alloc.PinnedLimit()
+	used := alloc.ReadPinnedStats().Used
 	require.Zero(t, used)
 }
 
@@ -146,7 +146,7 @@ func TestMemlock64ChurnChild(t *testing.T) {
 	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "memlock64" {
 		t.Skip("run by TestDockerMemlock64KiBAfterChurn in a child process")
 	}
-	limit, _ := alloc.PinnedLimit()
+	limit := alloc.ReadPinnedStats().Limit
 	require.Equal(t, uintptr(64<<10), limit, "the default limit is RLIMIT_MEMLOCK")
 	for _, tc := range []struct {
 		name   string
@@ -186,11 +186,11 @@ func TestMemlock64ChurnChild(t *testing.T) {
 				require.NoError(t, err, "%d bytes after %v, beside %d live blocks", n, tc.before, len(ps))
 				ps = append(ps, p)
 			}
-			max, used := alloc.PinnedLimit()
-			require.LessOrEqual(t, used, max)
+			st := alloc.ReadPinnedStats()
+			require.LessOrEqual(t, st.Used, st.Limit)
 		})
 	}
 	alloc.Trim()
-	_, used := alloc.PinnedLimit()
+	used := alloc.ReadPinnedStats().Used
 	require.Zero(t, used)
 }

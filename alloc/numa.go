@@ -116,7 +116,7 @@ func nodePool(s numa.Spec) *pinnedPool {
 		return nil
 	}
 	top := numa.System() // chunks are bound: the machine's nodes, never a fixture's
-	cpus := poolNodes(top, -1)
+	cpus := top.PoolNodes(-1)
 	if cpus == nil {
 		return nil
 	}
@@ -243,7 +243,7 @@ func (a *Allocator) Placement() string {
 // large buffer 2.5x faster). Refusal (no THP) is not an error. Memory in
 // hugetlb pages needs no advice.
 func adviseHuge(p, n uintptr) {
-	if n >= 2<<20 && HugePages() != HugePagesOff && !isHugeTLB(p) {
+	if n >= 2<<20 && hugePages() != HugePagesOff && !isHugeTLB(p) {
 		_ = numa.AdviseHuge(p, n)
 	}
 }

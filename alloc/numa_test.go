@@ -76,7 +76,7 @@ func TestPartitionReachesTheKernel(t *testing.T) {
 			if single && c.name == "interleaved" {
 				c.mode, c.words = numa.ModeBind, "bind:"+n0 // one node: the plan binds to it
 			}
-			split := c.name == "nearest" && poolNodes(numa.System(), -1) != nil
+			split := c.name == "nearest" && numa.System().PoolNodes(-1) != nil
 			if split {
 				// Two or more CPU nodes: a heap per node, each chunk
 				// preferred to its heap's node (nearestPool).

@@ -113,7 +113,7 @@ func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
 	for _, limit := range []uintptr{128 << 10, 64 << 10} {
 		t.Run(itoa(limit), func(t *testing.T) {
 			Trim()
-			_, used := PinnedLimit()
+			_, used := pinnedLimit()
 			require.Zero(t, used, "no pinned chunk cached")
 			old := SetPinnedLimit(limit)
 			t.Cleanup(func() { SetPinnedLimit(old); Trim() })
@@ -140,7 +140,7 @@ func TestTinyPinnedLimitServesWhatFits(t *testing.T) {
 				require.NoError(t, err)
 				ps = append(ps, p)
 			}
-			_, used = PinnedLimit()
+			_, used = pinnedLimit()
 			require.LessOrEqual(t, used, limit)
 		})
 	}

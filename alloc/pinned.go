@@ -179,7 +179,7 @@ func (s *pinSource) Acquire(n, align uintptr) (uintptr, error) { return s.acquir
 // pages), so that a 1 MiB limit still serves about 1 MiB of small blocks.
 func (s *pinSource) AcquireChunk(n, align, need uintptr) (p, usable uintptr, err error) {
 	usable = n
-	if max, used := PinnedLimit(); max > 0 && used+n > max {
+	if max, used := pinnedLimit(); max > 0 && used+n > max {
 		if avail := (max - min(used, max)) &^ (64<<10 - 1); avail >= need {
 			usable = avail
 		} else {
@@ -488,8 +488,9 @@ func SetPinnedLimit(n uintptr) uintptr {
 	return uintptr(pinLimit.max.Swap(int64(n)))
 }
 
-// PinnedLimit returns the limit and the bytes currently locked under it.
-func PinnedLimit() (max, used uintptr) {
+// pinnedLimit returns the limit and the bytes currently locked under it
+// (what ReadPinnedStats reports as Limit and Used).
+func pinnedLimit() (max, used uintptr) {
 	pinLimit.init()
 	return uintptr(pinLimit.max.Load()), uintptr(pinLimit.used.Load())
 }
@@ -510,9 +511,17 @@ var pinStats struct {
 type PinnedStats struct {
 	Bytes    uintptr       // bytes locked for pinned heaps
 	Chunks   int           // 4 MiB locked chunks (huge regions apart: see Pools)
-	Limit    uintptr       // the pinned-bytes limit (0: none)
 	Locks    int64         // lock calls made
 	LockTime time.Duration // time spent locking and unlocking
+
+	// Limit is the pinned-bytes limit (0: none; SetPinnedLimit,
+	// OMPALLOC_PINNED_LIMIT) and Used the bytes charged against it now:
+	// each chunk and region of a pinned heap, charged before it is locked
+	// and credited once it is unlocked.
+	Limit, Used uintptr
+	// HugePages is the mode of the chunks and regions mapped from now on
+	// (OMPALLOC_HUGEPAGES, SetHugePages).
+	HugePages HugePageMode
 
 	// HugeTLB is the part of Bytes in hugetlb pages (HugePagesTLB). The
 	// kernel's VmLck does not count it, although it is locked and
@@ -554,7 +563,8 @@ func ReadPinnedStats() PinnedStats {
 			st.Chunks += hs.Chunks + c
 		}
 	}
-	st.Limit, _ = PinnedLimit()
+	st.Limit, st.Used = pinnedLimit()
+	st.HugePages = hugePages()
 	st.Locks = pinStats.locks.Load()
 	st.LockTime = time.Duration(pinStats.lockNanos.Load())
 	st.HugeTLB, st.HugeTLBFallbacks = hugeTLBBytes(nil), tlb.fallbacks.Load()

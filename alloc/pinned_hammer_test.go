@@ -119,7 +119,7 @@ func TestPinnedHammer(t *testing.T) {
 func TestSmallPinnedLimitServesWhatItAllows(t *testing.T) {
 	alloc.Trim()
 	base := leakcheck.Start()
-	_, used := alloc.PinnedLimit()
+	used := alloc.ReadPinnedStats().Used
 	require.Zero(t, used)
 	old := alloc.SetPinnedLimit(1 << 20)
 	defer alloc.SetPinnedLimit(old)
@@ -143,7 +143,7 @@ func TestSmallPinnedLimitServesWhatItAllows(t *testing.T) {
 	}
 	t.Logf("a 1 MiB limit served %d blocks of 1000 bytes", len(ps))
 	require.Greater(t, served, uintptr(900<<10), "about 1 MiB")
-	_, used = alloc.PinnedLimit()
+	used = alloc.ReadPinnedStats().Used
 	require.LessOrEqual(t, used, uintptr(1<<20))
 	require.NoError(t, base.Consistent())
 	// The bytes a 1000-byte block no longer fits in still serve small
@@ -165,6 +165,6 @@ func TestSmallPinnedLimitServesWhatItAllows(t *testing.T) {
 	require.NoError(t, a.Destroy())
 	alloc.Trim()
 	require.NoError(t, base.Consistent())
-	_, used = alloc.PinnedLimit()
+	used = alloc.ReadPinnedStats().Used
 	require.Zero(t, used)
 }

@@ -183,7 +183,7 @@ func TestPinnedChild(t *testing.T) {
 	require.NoError(t, Free(q))
 	require.NoError(t, nullFb.Destroy())
 	require.NoError(t, defFb.Destroy())
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	require.Zero(t, used, "no pinned bytes leaked")
 }
 

@@ -164,26 +164,26 @@ func TestShutdownWithLivePinnedBlocks(t *testing.T) {
 func TestChunkTheDeviceCannotUnlockStaysCounted(t *testing.T) {
 	Trim()
 	base := pinnedNow(t)
-	_, baseUsed := PinnedLimit()
+	_, baseUsed := pinnedLimit()
 	a := mustNew(t, memspace.Default, WithPinned(true), WithPinDevice(target.InitialDevice()), WithFallback(traits.NullFb))
 	p, err := a.Alloc(64)
 	require.NoError(t, err)
 	require.NoError(t, Free(p))
 	locked := pinnedNow(t)
-	_, lockedUsed := PinnedLimit()
+	_, lockedUsed := pinnedLimit()
 
 	disarm := armFault(t, fault.PinUnlock, 1, nil)
 	require.NoError(t, a.Destroy()) // trims the pinned heap: the release fails
 	disarm()
 	require.Equal(t, 1, fault.Fired(fault.PinUnlock))
 	require.Equal(t, locked, pinnedNow(t), "still locked, registered and counted")
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	require.Equal(t, lockedUsed, used)
 	require.Equal(t, uintptr(4<<20), ReadPinnedStats().Bytes-base.bytes)
 
 	Trim()
 	require.Equal(t, base, pinnedNow(t))
-	_, used = PinnedLimit()
+	_, used = pinnedLimit()
 	require.Equal(t, baseUsed, used)
 }
 

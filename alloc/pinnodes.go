@@ -64,30 +64,9 @@ var (
 	}
 )
 
-// poolNodes returns the nodes a pool of a device on node devNode keeps heaps
-// for: nil for one heap (a known device node, or fewer than two nodes with
-// CPUs and memory).
-func poolNodes(top *numa.Topology, devNode int) []int {
-	if devNode >= 0 {
-		if _, ok := top.Node(devNode); ok {
-			return nil
-		}
-	}
-	var nodes []int
-	for _, n := range top.Nodes {
-		if len(n.CPUs) > 0 && n.MemTotal > 0 {
-			nodes = append(nodes, n.ID)
-		}
-	}
-	if len(nodes) < 2 {
-		return nil
-	}
-	return nodes
-}
-
 func newPinnedPool(dev int) *pinnedPool {
 	top := poolTopology()
-	nodes := poolNodes(top, deviceNode(dev))
+	nodes := top.PoolNodes(deviceNode(dev))
 	pp := &pinnedPool{dev: dev}
 	if nodes == nil {
 		name := fmt.Sprintf("pinned(device %d)", dev)
@@ -120,7 +99,7 @@ func newBoundPinnedPool(dev int, bound []int) *pinnedPool {
 	pp := &pinnedPool{dev: dev, bound: slices.Clone(bound)}
 	list := numa.FormatList(bound)
 	var nodes []int
-	for _, c := range poolNodes(top, -1) {
+	for _, c := range top.PoolNodes(-1) {
 		if m := top.Nearest(c, bound); !slices.Contains(nodes, m) {
 			nodes = append(nodes, m)
 		}

@@ -176,7 +176,6 @@ func TestPinnedPoolNodeHeaps(t *testing.T) {
 			a := mustNew(t, memspace.Default, WithPinned(true))
 			pp := poolOf(t, dev)
 			require.Equal(t, []int{0, 1}, pp.nodes)
-			require.Equal(t, []int{0, 1}, PinnedPoolNodes(dev))
 
 			setNode(&node, tc.freeOn)
 			p, err := a.Alloc(size)
@@ -217,7 +216,7 @@ func TestPinnedPoolFarFallback(t *testing.T) {
 	require.Zero(t, pp.heaps[0].Stats().Chunks)
 	require.Equal(t, 1, pp.heaps[1].Stats().Chunks)
 
-	_, used := PinnedLimit()
+	_, used := pinnedLimit()
 	old := SetPinnedLimit(used) // not one byte more may be locked
 	t.Cleanup(func() { SetPinnedLimit(old) })
 
@@ -244,12 +243,11 @@ func TestPinnedPoolFarFallback(t *testing.T) {
 func TestPinnedPoolKnownDeviceNode(t *testing.T) {
 	node := 1
 	dev := withPoolHooks(t, fixture(t, "two-socket"), 0, &node)
-	require.Nil(t, PinnedPoolNodes(dev), "before the pool exists")
+	require.Nil(t, poolTopology().PoolNodes(deviceNode(dev)), "one heap: the device's node is known")
 	a := mustNew(t, memspace.Default, WithPinned(true))
 	p, err := a.Alloc(1000)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, Free(p)) }()
-	require.Nil(t, PinnedPoolNodes(dev))
 	require.Nil(t, a.pool, "a one-heap pool keeps the allocator's plain path")
 	st, ok := readPinnedPool(dev)
 	require.True(t, ok)
@@ -280,7 +278,7 @@ func TestPoolNodesFixtures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/dev-node-%d", tc.fixture, tc.devNode), func(t *testing.T) {
-			require.Equal(t, tc.want, poolNodes(fixture(t, tc.fixture), tc.devNode))
+			require.Equal(t, tc.want, fixture(t, tc.fixture).PoolNodes(tc.devNode))
 		})
 	}
 }

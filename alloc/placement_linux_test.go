@@ -40,7 +40,7 @@ func needNodes(t *testing.T, n int) []int {
 func needCPUNodes(t *testing.T) []int {
 	t.Helper()
 	needMempolicy(t)
-	nodes := poolNodes(numa.System(), -1)
+	nodes := numa.System().PoolNodes(-1)
 	if nodes == nil {
 		t.Skip("needs two NUMA nodes with CPUs and memory; this machine has fewer")
 	}

@@ -131,22 +131,6 @@ func readPinnedPool(dev int) (PinnedPoolStats, bool) {
 	return poolStatsLocked(pp), true
 }
 
-// PinnedPoolNodes returns the NUMA nodes device dev's pinned pool keeps a
-// heap for, whether or not the pool exists yet: nil for one heap (the
-// device's node, or a one-node machine).
-func PinnedPoolNodes(dev int) []int {
-	pinnedMu.Lock()
-	pp, ok := pinnedPools[pinKey{dev: dev}]
-	pinnedMu.Unlock()
-	if ok {
-		if !pp.multi() {
-			return nil
-		}
-		return append([]int(nil), pp.nodes...)
-	}
-	return poolNodes(poolTopology(), deviceNode(dev))
-}
-
 // poolStatsLocked reads one pool (its heaps and sources never change, so
 // pinnedMu need not be held).
 func poolStatsLocked(pp *pinnedPool) PinnedPoolStats {

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -16,7 +17,7 @@ import (
 // needPinned skips unless n more bytes may be locked.
 func needPinned(t *testing.T, n uintptr) {
 	t.Helper()
-	if max, used := PinnedLimit(); max != 0 && max-used < n {
+	if max, used := pinnedLimit(); max != 0 && max-used < n {
 		t.Skipf("the pinned-bytes limit (%d, %d in use; RLIMIT_MEMLOCK?) leaves less than %d bytes", max, used, n)
 	}
 }
@@ -196,19 +197,31 @@ func TestPlacedHeapIsNotPinned(t *testing.T) {
 	require.NoError(t, FreeSlice(a, xs))
 }
 
-// LiveBlocks prints each allocator once (Handle prints the name too).
-func TestLiveBlocksPrintsEachAllocatorOnce(t *testing.T) {
+// LiveBlocks lists each allocator with live blocks once, by its name, and
+// in leak-check mode the stack of each block, by address.
+func TestLiveBlocksListsEachAllocatorOnce(t *testing.T) {
 	a := mustNew(t, memspace.Default)
 	p, err := a.Alloc(10)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, Free(p)) }()
-	var mine Live
+	was := SetLeakCheck(true)
+	t.Cleanup(func() { SetLeakCheck(was) })
+	q, err := a.Alloc(20)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, Free(q)) }()
+	var mine []Live
 	for _, l := range LiveBlocks() {
-		if l.Handle == a.Handle() {
-			mine = l
+		if l.Allocator == a.String() {
+			mine = append(mine, l)
 		}
 	}
-	require.Equal(t, a.String()+": 1 block (10 bytes)", fmt.Sprint(mine))
+	require.Len(t, mine, 1)
+	require.Equal(t, int64(2), mine[0].Blocks)
+	require.Equal(t, int64(30), mine[0].Bytes)
+	require.False(t, mine[0].Destroyed)
+	require.Len(t, mine[0].Stacks, 1, "the block allocated before leak-check mode has no stack")
+	require.True(t, strings.HasPrefix(mine[0].Stacks[0], fmt.Sprintf("%#x, 20 bytes\n", uintptr(q))), mine[0].Stacks[0])
+	require.Contains(t, mine[0].Stacks[0], "TestLiveBlocksListsEachAllocatorOnce")
 }
 
 // Containing finds a block from any address inside it, and nothing past

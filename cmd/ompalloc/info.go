@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/device"
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/numa"
@@ -304,14 +305,13 @@ func gatherInfo() *InfoReport {
 		r.Memlock = m
 	})
 	r.section("pinned", func() {
-		max, used := alloc.PinnedLimit()
-		p := PinnedInfo{LimitBytes: uint64(max), UsedBytes: uint64(used), Limit: "none", Env: os.Getenv(envvar.PinnedLimit)}
-		if max > 0 {
-			p.Limit = fmtBytes(int64(max))
-		}
-		p.Source, p.Warning = pinnedLimitSource(int64(max))
 		st := alloc.ReadPinnedStats()
-		p.HugePages = HugePagesInfo{Mode: alloc.HugePages().String(), Env: os.Getenv(envvar.HugePages),
+		p := PinnedInfo{LimitBytes: uint64(st.Limit), UsedBytes: uint64(st.Used), Limit: "none", Env: os.Getenv(envvar.PinnedLimit)}
+		if st.Limit > 0 {
+			p.Limit = fmtBytes(int64(st.Limit))
+		}
+		p.Source, p.Warning = pinnedLimitSource(int64(st.Limit))
+		p.HugePages = HugePagesInfo{Mode: st.HugePages.String(), Env: os.Getenv(envvar.HugePages),
 			HugeTLBBytes: uint64(st.HugeTLB), Fallbacks: st.HugeTLBFallbacks}
 		if pool, ok := numa.HugeTLBPoolNow(numa.HugeTLBPage); ok {
 			h := &p.HugePages
@@ -334,13 +334,20 @@ func ownPinnedPool(dev int) (alloc.PinnedPoolStats, bool) {
 }
 
 // poolInfo reads device dev's pinned pool; info itself pins nothing, so
-// the pool exists only if something in this process made it.
+// the pool exists only if something in this process made it. Nodes are
+// the pool's heaps' nodes, or, before it exists, those it will have.
 func poolInfo(dev int) PoolInfo {
-	p := PoolInfo{Nodes: alloc.PinnedPoolNodes(dev), Heaps: []PoolHeapInfo{}}
-	if p.Nodes == nil {
-		p.Nodes = []int{}
+	p := PoolInfo{Nodes: []int{}, Heaps: []PoolHeapInfo{}}
+	if d, err := device.Get(dev); err == nil {
+		p.Nodes = append(p.Nodes, numa.System().PoolNodes(d.Info().NUMANode)...)
 	}
 	if st, ok := ownPinnedPool(dev); ok {
+		p.Nodes = []int{}
+		if len(st.Nodes) > 1 { // one heap: Node -1, the device's node
+			for _, n := range st.Nodes {
+				p.Nodes = append(p.Nodes, n.Node)
+			}
+		}
 		p.FarAllocs = st.FarAllocs
 		for _, n := range st.Nodes {
 			p.Heaps = append(p.Heaps, PoolHeapInfo{Node: n.Node, LockedBytes: uint64(n.Locked), IdleBytes: uint64(n.Idle),

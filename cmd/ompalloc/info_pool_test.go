@@ -5,21 +5,45 @@ import (
 	"testing"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/device"
+	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/stretchr/testify/require"
 )
 
 // Each device reports the nodes its pinned pool is split by, as the runtime
-// says for this machine; info pins nothing, so no pool exists in it.
+// says for this machine; info pins nothing, so no pool exists in it. The
+// default device's answer is checked against the pool a pinned allocator
+// of this process makes there.
 func TestInfoPinnedPoolNodes(t *testing.T) {
 	rep, _ := infoJSON(t)
 	r := ompalloc(t, nil, "info")
 	require.Equal(t, 0, r.code, r.stderr)
+
+	a, err := alloc.New(memspace.Default, alloc.WithPinned(true))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, a.Destroy()) })
+	p, err := a.Alloc(1000)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, alloc.Free(p)) })
+	made, ok := ownPinnedPool(target.DefaultDevice())
+	require.True(t, ok)
+	split := []int{}
+	if len(made.Nodes) > 1 {
+		for _, n := range made.Nodes {
+			split = append(split, n.Node)
+		}
+	}
+
+	checked := false
 	for _, d := range rep.Devices {
-		want := alloc.PinnedPoolNodes(d.Number)
-		if want == nil {
-			want = []int{}
+		want := []int{}
+		if dev, err := device.Get(d.Number); err == nil {
+			want = append(want, numa.System().PoolNodes(dev.Info().NUMANode)...)
+		}
+		if d.Number == target.DefaultDevice() {
+			want, checked = split, true
 		}
 		require.Equal(t, want, d.PinnedPool.Nodes, "device %d", d.Number)
 		require.Empty(t, d.PinnedPool.Heaps, "device %d: info made no pool", d.Number)
@@ -29,6 +53,7 @@ func TestInfoPinnedPoolNodes(t *testing.T) {
 		require.Equal(t, len(want) > 0, strings.Contains(r.stdout, "pinned pool: a heap per NUMA node"),
 			"the text shows a split pool, and only that")
 	}
+	require.True(t, checked, "info lists the default device")
 }
 
 // poolInfo agrees with the pool a pinned allocator made, heap by heap.

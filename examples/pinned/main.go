@@ -81,7 +81,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, used := alloc.PinnedLimit()
+	used := alloc.ReadPinnedStats().Used
 	old := alloc.SetPinnedLimit(max(used, 1)) // 0 would mean "no limit"
 	_, err = strict.Alloc(16 << 20)
 	fmt.Println("null_fb beyond the limit:", err)

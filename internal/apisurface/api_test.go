@@ -20,7 +20,7 @@ import (
 // and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
-const maxPublicNames = 462
+const maxPublicNames = 455
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under
@@ -259,6 +259,9 @@ func TestNoPlumbingExported(t *testing.T) {
 		// One question about a block: Inspect.
 		{"alloc", "Owner"}, {"alloc", "BlockSize"}, {"target", "Registry.Dump"},
 		{"traits", "ParseEnv"}, {"traits", "EnvSpec"}, {"traits", "EnvError"}, {"traits", "ErrInvalidEnv"},
+		// Getters beside a setter or a stats read; one report of live blocks.
+		{"alloc", "PinnedLimit"}, {"alloc", "HugePages"}, {"alloc", "LeakCheck"}, {"alloc", "PinnedPoolNodes"},
+		{"alloc", "LeakedBlocks"}, {"alloc", "LeakedBlock"}, {"alloc", "Live.String"},
 		// A warning's kind is a documented string (go doc ./logging).
 		{"logging", "Kind"}, {"logging", "KindEnv"}, {"logging", "KindDriver"},
 	} {

@@ -57,7 +57,7 @@ func VmLckKiB() (kib int, ok bool) {
 func (b Baseline) Consistent() error {
 	var msgs []string
 	ps := alloc.ReadPinnedStats()
-	_, used := alloc.PinnedLimit()
+	used := ps.Used
 	var held, hostKiB uintptr
 	for _, d := range target.Devices() {
 		_, hb := d.Registry().HeldStats()
@@ -119,14 +119,15 @@ func lockedPages(d *target.Device) uintptr {
 func (b Baseline) Check() error {
 	alloc.Trim()
 	var msgs []string
-	for _, l := range alloc.LiveBlocks() {
+	live := alloc.LiveBlocks()
+	for _, l := range live {
 		d := ""
 		if l.Destroyed {
 			d = " (destroyed)"
 		}
 		msgs = append(msgs, fmt.Sprintf("%s%s: %d blocks (%d bytes) still allocated", l.Allocator, d, l.Blocks, l.Bytes))
 	}
-	if _, used := alloc.PinnedLimit(); used != 0 {
+	if used := alloc.ReadPinnedStats().Used; used != 0 {
 		msgs = append(msgs, fmt.Sprintf("%d pinned bytes still counted after a trim", used))
 	}
 	for _, d := range target.Devices() {
@@ -158,12 +159,20 @@ func (b Baseline) Check() error {
 	for _, m := range msgs {
 		sb.WriteString("  " + m + "\n")
 	}
-	if blocks := alloc.LeakedBlocks(); len(blocks) > 0 {
-		sb.WriteString("where the leaked blocks were allocated:\n")
-		for _, l := range blocks {
-			fmt.Fprintf(&sb, "  %#x, %d bytes from %s:\n%s", l.Ptr, l.Size, l.Allocator, l.Stack)
+	var stacks strings.Builder
+	untraced := false // blocks allocated while leak-check mode was off
+	for _, l := range live {
+		for _, s := range l.Stacks {
+			block, stack, _ := strings.Cut(s, "\n") // "0x..., 64 bytes", then the frames
+			fmt.Fprintf(&stacks, "  %s from %s:\n%s", block, l.Allocator, stack)
 		}
-	} else if !alloc.LeakCheck() && len(alloc.LiveBlocks()) > 0 {
+		untraced = untraced || int64(len(l.Stacks)) < l.Blocks
+	}
+	if stacks.Len() > 0 {
+		sb.WriteString("where the leaked blocks were allocated:\n")
+		sb.WriteString(stacks.String())
+	}
+	if untraced {
 		fmt.Fprintf(&sb, "run again with %s=1 to see where the leaked blocks were allocated\n", envvar.LeakCheck)
 	}
 	return fmt.Errorf("%s", sb.String())

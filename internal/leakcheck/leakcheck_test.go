@@ -1,8 +1,10 @@
 package leakcheck
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -42,9 +44,21 @@ func TestCheckFindsLeakedBlockAndItsStack(t *testing.T) {
 	require.Contains(t, err.Error(), a.String()+": 1 blocks (123 bytes) still allocated")
 	require.Contains(t, err.Error(), "leakcheck.leakyHelper")
 	require.Contains(t, err.Error(), "leakcheck_test.go")
+	require.NotContains(t, err.Error(), envvar.LeakCheck+"=1", "every block has its stack")
+	var mine []alloc.Live
+	for _, l := range alloc.LiveBlocks() {
+		if l.Allocator == a.String() {
+			mine = append(mine, l)
+		}
+	}
+	require.Len(t, mine, 1)
+	require.Len(t, mine[0].Stacks, 1)
+	require.True(t, strings.HasPrefix(mine[0].Stacks[0], fmt.Sprintf("%#x, 123 bytes\n", uintptr(p))), mine[0].Stacks[0])
 
 	require.NoError(t, alloc.Free(p))
-	require.Empty(t, alloc.LeakedBlocks())
+	for _, l := range alloc.LiveBlocks() {
+		require.NotEqual(t, a.String(), l.Allocator, "the freed block's allocator has none live")
+	}
 	require.NoError(t, base.Check())
 	require.NoError(t, a.Destroy())
 }

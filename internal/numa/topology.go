@@ -376,3 +376,26 @@ func selected(s string) string {
 	}
 	return ""
 }
+
+// PoolNodes returns the nodes a pinned pool of a device on node devNode
+// (-1: unknown, or the host) keeps a heap for: nil for one heap (a known
+// device node, or fewer than two nodes with CPUs and memory), else every
+// node with CPUs and memory, ascending. Package alloc splits its pools so;
+// ompalloc info shows it for pools not made yet.
+func (t *Topology) PoolNodes(devNode int) []int {
+	if devNode >= 0 {
+		if _, ok := t.Node(devNode); ok {
+			return nil
+		}
+	}
+	var nodes []int
+	for _, n := range t.Nodes {
+		if len(n.CPUs) > 0 && n.MemTotal > 0 {
+			nodes = append(nodes, n.ID)
+		}
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	return nodes
+}

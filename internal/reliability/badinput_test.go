@@ -84,7 +84,7 @@ func newWorld(t *testing.T) *world {
 	for _, l := range alloc.LiveBlocks() {
 		w.live += l.Blocks
 	}
-	_, w.pinnedUsed = alloc.PinnedLimit()
+	w.pinnedUsed = alloc.ReadPinnedStats().Used
 	w.poolUsed = w.pooled.Stats().PoolUsed
 	w.vmLck = vmLck()
 	return w
@@ -114,7 +114,7 @@ func (w *world) intact(t *testing.T) {
 		live += l.Blocks
 	}
 	require.Equal(t, w.live, live, "live blocks: %v", alloc.LiveBlocks())
-	_, used := alloc.PinnedLimit()
+	used := alloc.ReadPinnedStats().Used
 	require.Equal(t, w.pinnedUsed, used, "pinned bytes")
 	require.Equal(t, w.poolUsed, w.pooled.Stats().PoolUsed, "pool accounting")
 	require.Equal(t, w.vmLck, vmLck(), "VmLck")

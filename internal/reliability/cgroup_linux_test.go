@@ -95,7 +95,7 @@ func TestCgroupPinChild(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "not in the cgroup after 10 s: %+v %v", l, ok)
 		time.Sleep(10 * time.Millisecond)
 	}
-	max, _ := alloc.PinnedLimit()
+	max := alloc.ReadPinnedStats().Limit
 	fmt.Printf("LIMIT %d\n", max)
 	a, err := alloc.New(memspace.Default, alloc.WithPinned(true), alloc.WithFallback(traits.NullFb))
 	require.NoError(t, err)

@@ -100,7 +100,7 @@ func TestCgroupPinUntilRefusedChild(t *testing.T) {
 		t.Skip("run by the cgroup tests in a cgroup of its own")
 	}
 	waitInGroup(t)
-	max, _ := alloc.PinnedLimit()
+	max := alloc.ReadPinnedStats().Limit
 	fmt.Printf("LIMIT %d\n", max)
 	if os.Getenv("OMPALLOC_CGROUP_WAIT") != "" {
 		fmt.Println("READY")

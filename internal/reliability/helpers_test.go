@@ -113,7 +113,7 @@ func snapshot() state {
 	for _, l := range alloc.LiveBlocks() {
 		s.Live += l.Blocks
 	}
-	_, s.PinnedUsed = alloc.PinnedLimit()
+	s.PinnedUsed = alloc.ReadPinnedStats().Used
 	for _, d := range target.Devices() {
 		s.Registry = append(s.Registry, d.Registry().Len())
 		s.InUse = append(s.InUse, d.StagingStats().InUseBytes)

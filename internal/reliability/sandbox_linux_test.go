@@ -180,7 +180,7 @@ func TestSandboxDeniesMembarrierChild(t *testing.T) {
 	st := live.Stats()
 	require.Equal(t, alloc.Stats{Allocs: 2, Frees: 2, PoolSize: 8 << 20}, alloc.Stats{Allocs: st.Allocs, Frees: st.Frees, BlocksLive: st.BlocksLive, BytesLive: st.BytesLive, PoolSize: st.PoolSize, PoolUsed: st.PoolUsed})
 	for _, l := range alloc.LiveBlocks() {
-		require.NotEqual(t, live.Handle(), l.Handle, "the destroyed allocator's handle was released: %+v", l)
+		require.NotEqual(t, live.String(), l.Allocator, "the destroyed allocator was released: %+v", l)
 	}
 
 	// Destroy racing allocations and frees on other goroutines, a few

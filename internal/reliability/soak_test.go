@@ -151,12 +151,13 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 				return
 			case <-tick.C:
 			}
-			max, used1 := alloc.PinnedLimit()
+			st := alloc.ReadPinnedStats()
+			max, used1 := st.Limit, st.Used
 			if max != 0 && used1 > max {
 				report("pinned bytes %d above the limit %d", used1, max)
 			}
 			lck := vmLck()
-			_, used2 := alloc.PinnedLimit()
+			used2 := alloc.ReadPinnedStats().Used
 			// Locked memory: pinned chunks, the shared range, the workers'
 			// private ranges, with slack for chunks between the two reads.
 			bound := (max2(used1, used2)-base.PinnedUsed+sharedSize+uintptr(workers)*privSize)/1024 + 8<<10

@@ -35,7 +35,7 @@ func takeBaseline(t *testing.T) baseline {
 func defaultRegistryLen(t *testing.T) int {
 	d, err := target.Get(target.DefaultDevice())
 	require.NoError(t, err)
-	return d.Registry().Len()
+	return d.Registry().Stats().Entries
 }
 
 func liveTotal() int64 {

@@ -28,8 +28,8 @@ func pinnedNow(t *testing.T) pinnedWorld {
 	t.Helper()
 	d, err := target.Get(target.InitialDevice())
 	require.NoError(t, err)
-	held, _ := d.Registry().HeldStats()
-	return pinnedWorld{vmLck: vmLckKiB(t), entries: d.Registry().Len(), held: held, bytes: ReadPinnedStats().Bytes}
+	st := d.Registry().Stats()
+	return pinnedWorld{vmLck: vmLckKiB(t), entries: st.Entries, held: st.HeldEntries, bytes: ReadPinnedStats().Bytes}
 }
 
 func captureWarnings(t *testing.T) *bytes.Buffer {

@@ -89,5 +89,5 @@ func TestTargetMemspaceAlignmentGPUChild(t *testing.T) {
 			}
 		}
 	}
-	require.Zero(t, d.PoolStats().InUse, "every device block went back to the pool")
+	require.Zero(t, d.MemoryStats().Pool.InUse, "every device block went back to the pool")
 }

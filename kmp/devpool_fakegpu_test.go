@@ -99,7 +99,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 	}
 	d.TrimPool(0)
 	t.Cleanup(func() { d.TrimPool(0) })
-	require.Zero(t, d.PoolStats().Reserved)
+	require.Zero(t, d.MemoryStats().Pool.Reserved)
 	const n = 1 << 20
 
 	t.Run("omp_target_alloc twice reuses the block", func(t *testing.T) {
@@ -107,12 +107,12 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		p := TargetAlloc(n, 0)
 		require.NotNil(t, p)
 		require.Equal(t, calls0+1, driverAllocs(), "a miss asks the driver")
-		st := d.PoolStats()
+		st := d.MemoryStats().Pool
 		require.Equal(t, drvPool, st.DriverPool)
 		require.Equal(t, uintptr(n), st.Reserved)
 		require.Equal(t, uintptr(n), st.InUse)
 		TargetFree(p, 0)
-		st = d.PoolStats()
+		st = d.MemoryStats().Pool
 		require.Equal(t, uintptr(n), st.Reserved, "the freed block stays reserved")
 		require.Zero(t, st.InUse)
 		if !drvPool {
@@ -127,7 +127,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		require.Equal(t, calls0+1+hits, driverAllocs(), "a hit asks the driver nothing more")
 		require.Equal(t, blocks0+1, blocks())
 		if !drvPool {
-			require.Equal(t, uint64(1), d.PoolStats().Hits)
+			require.Equal(t, uint64(1), d.MemoryStats().Pool.Hits)
 		}
 		require.Equal(t, p2, TargetMemset(p2, 0x3C, n-100, 0))
 		h := hostBytes(t, n-100)
@@ -144,7 +144,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		// Trim gives the cached block back to the driver.
 		require.Equal(t, uintptr(n), d.TrimPool(0))
 		require.Equal(t, blocks0, blocks())
-		require.Zero(t, d.PoolStats().Reserved)
+		require.Zero(t, d.MemoryStats().Pool.Reserved)
 	})
 
 	// Issue 27 item 6: on a 64 MiB device, 40 MiB allocated and freed, then
@@ -156,10 +156,10 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		require.NotNil(t, p)
 		TargetFreeDevice(p, 0)
 		p2 := TargetAllocDevice(48<<20, 0)
-		require.NotNil(t, p2, "%+v", d.PoolStats())
+		require.NotNil(t, p2, "%+v", d.MemoryStats().Pool)
 		TargetFreeDevice(p2, 0)
 		d.TrimPool(0)
-		require.Zero(t, d.PoolStats().Reserved)
+		require.Zero(t, d.MemoryStats().Pool.Reserved)
 	})
 
 	t.Run("omp_target_free of a block the pool did not hand out reaches the driver", func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		require.Equal(t, live0, live(), "freed by the driver")
 		_, ok := d.Kind(p)
 		require.False(t, ok)
-		require.Zero(t, d.PoolStats().Reserved)
+		require.Zero(t, d.MemoryStats().Pool.Reserved)
 	})
 
 	t.Run("pool_size on the device memory space", func(t *testing.T) {
@@ -181,10 +181,10 @@ func TestTargetAllocPoolChild(t *testing.T) {
 		calls0 := driverAllocs()
 		p := Alloc(n, a)
 		require.NotNil(t, p)
-		require.Equal(t, uintptr(n), d.PoolStats().InUse)
+		require.Equal(t, uintptr(n), d.MemoryStats().Pool.InUse)
 		require.Nil(t, Alloc(1, a), "pool_size is a quota: the allocator's bytes are all handed out")
 		Free(p, a)
-		require.Zero(t, d.PoolStats().InUse)
+		require.Zero(t, d.MemoryStats().Pool.InUse)
 		p2 := Alloc(n, a)
 		require.Equal(t, p, p2, "the device pool's block again")
 		require.Equal(t, calls0+1+hits, driverAllocs())
@@ -199,7 +199,7 @@ func TestTargetAllocPoolChild(t *testing.T) {
 			blocks0 := blocks()
 			_, err := d.PoolAlloc(n, nil)
 			require.ErrorContains(t, err, "cuMemAllocFromPoolAsync: CUDA_ERROR_OUT_OF_MEMORY")
-			require.Zero(t, d.PoolStats().InUse, "nothing counted for the failed allocation")
+			require.Zero(t, d.MemoryStats().Pool.InUse, "nothing counted for the failed allocation")
 			require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
 			p, err := d.PoolAlloc(n, nil)
 			require.NoError(t, err)
@@ -207,10 +207,10 @@ func TestTargetAllocPoolChild(t *testing.T) {
 			// the free can be retried.
 			require.NoError(t, os.Setenv("FAKECUDA_FAIL", "cuMemFreeAsync"))
 			require.ErrorContains(t, d.PoolFree(p, nil), "cuMemFreeAsync: CUDA_ERROR_UNKNOWN")
-			require.Equal(t, uintptr(n), d.PoolStats().InUse)
+			require.Equal(t, uintptr(n), d.MemoryStats().Pool.InUse)
 			require.NoError(t, os.Unsetenv("FAKECUDA_FAIL"))
 			require.NoError(t, d.PoolFree(p, nil))
-			require.Zero(t, d.PoolStats().InUse)
+			require.Zero(t, d.MemoryStats().Pool.InUse)
 			require.Equal(t, blocks0+1, blocks())
 		})
 	}

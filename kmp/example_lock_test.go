@@ -22,11 +22,11 @@ func ExampleTargetUnlockMem() {
 
 	TargetLockMem(buf, 8192, host)
 	TargetLockMem(unsafe.Add(buf, 4096), 100, host) // inside: one more reference
-	fmt.Println(target.IsPinned(b), reg.Len())
+	fmt.Println(target.IsPinned(b), reg.Stats().Entries)
 	TargetUnlockMem(unsafe.Add(buf, 4096), host)
 	fmt.Println(target.IsPinned(b))
 	TargetUnlockMem(buf, host)
-	fmt.Println(target.IsPinned(b), reg.Len())
+	fmt.Println(target.IsPinned(b), reg.Stats().Entries)
 	// Output:
 	// true 1
 	// true

@@ -28,14 +28,14 @@ func TestUnlockOfPinnedBlockWarnsAndChangesNothing(t *testing.T) {
 	defer Free(p, a)
 	d, err := target.Get(dev)
 	require.NoError(t, err)
-	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Len(), alloc.ReadPinnedStats().Bytes
+	vm, entries, pinnedBytes := vmLckKB(t), d.Registry().Stats().Entries, alloc.ReadPinnedStats().Bytes
 
 	w := targetWarnings(t, func() { TargetUnlockMem(p, dev) })
 	require.Len(t, w, 1, "%q", w)
 	require.Contains(t, w[0], "llvm_omp_target_unlock_mem")
 	require.Contains(t, w[0], "held by the pinned heap of device")
 	require.Equal(t, vm, vmLckKB(t), "VmLck unchanged")
-	require.Equal(t, entries, d.Registry().Len())
+	require.Equal(t, entries, d.Registry().Stats().Entries)
 	require.Equal(t, pinnedBytes, alloc.ReadPinnedStats().Bytes)
 	require.True(t, registered(d.Registry(), uintptr(p)))
 

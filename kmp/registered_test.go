@@ -6,6 +6,6 @@ import "github.com/ompalloc/ompalloc/target"
 // of the IsPinned the read-only view no longer has: target.IsPinned is the
 // one question a user asks).
 func registered(r target.Registry, p uintptr) bool {
-	_, ok := r.Lookup(p)
+	_, ok := r.Entry(p)
 	return ok
 }

@@ -6,8 +6,8 @@
 // device's registry through target:
 //
 //	d, _ := target.Get(0)
-//	if dev, ok := d.Registry().Lookup(p); ok { ... } // locked: dev is the device's address for p
-//	e, ok := d.Registry().Entry(p)                   // the whole range, its kind and references
+//	e, ok := d.Registry().Entry(p) // the whole range, the device's address, its kind and references
+//	st := d.Registry().Stats()     // entries, held entries and bytes, locks and unlocks
 //
 // The registry itself is read-only from outside the runtime. Locking goes
 // through a pinned allocator (alloc.WithPinned), target.Pin for a Go slice,

@@ -13,4 +13,9 @@ type Stats struct {
 	VendorUnlocks   uint64  // Locker.UnlockHost calls
 	LockFailures    uint64  // failed Locker.LockHost or ExternalLock calls
 	UnlockFailures  uint64  // failed Locker.UnlockHost calls
+	// HeldEntries and HeldBytes are the entries a part of the runtime holds
+	// for itself (a pinned allocator's chunks; Registry.Held says whose)
+	// and their bytes.
+	HeldEntries int
+	HeldBytes   uintptr
 }

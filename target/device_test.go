@@ -189,9 +189,9 @@ func TestAllocFreeRegistry(t *testing.T) {
 			require.ErrorContains(t, err, "allocated as "+tt.kind.String()+" memory")
 			require.Equal(t, tt.registered, registered(d.Registry(), p+999))
 			if tt.registered {
-				dev, ok := d.Registry().Lookup(p + 10)
+				e, ok := d.Registry().Entry(p + 10)
 				require.True(t, ok)
-				require.Equal(t, (p+10)|aliasBit, dev, "the driver's device address for its own pinned memory")
+				require.Equal(t, (p+10)|aliasBit, e.Dev+(p+10-e.Host), "the driver's device address for its own pinned memory")
 			}
 			require.NoError(t, d.Free(tt.kind, p))
 			require.False(t, registered(d.Registry(), p))
@@ -355,7 +355,7 @@ func TestLockMappedHostBuffers(t *testing.T) {
 			locks, unlocks, _, _ = f.counts()
 			require.Equal(t, 2*tt.wantLocks, locks)
 			require.Equal(t, 2*tt.wantLocks, unlocks)
-			require.Zero(t, d.Registry().Len())
+			require.Zero(t, d.Registry().Stats().Entries)
 		})
 	}
 	t.Run("invalid", func(t *testing.T) {

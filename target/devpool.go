@@ -585,8 +585,8 @@ func afterAll(qs []*Queue, fn func()) {
 	done()
 }
 
-// PoolStats reports d's device-memory pool.
-func (d *Device) PoolStats() PoolStats {
+// poolStats reports d's device-memory pool (MemoryStats().Pool).
+func (d *Device) poolStats() PoolStats {
 	pl := d.devpool
 	pl.mu.Lock()
 	st := pl.st

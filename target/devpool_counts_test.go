@@ -49,7 +49,7 @@ func poolHitsMatchTheDriver(t *testing.T, d *Device, drv driverAllocs) {
 	const mib = 1 << 20
 	d.TrimPool(0)
 	t.Cleanup(func() { d.TrimPool(0) })
-	st0 := d.PoolStats()
+	st0 := d.poolStats()
 	h0, m0 := drv(t)
 
 	a, err := d.PoolAlloc(mib, nil) // a miss: nothing cached
@@ -67,7 +67,7 @@ func poolHitsMatchTheDriver(t *testing.T, d *Device, drv driverAllocs) {
 	require.NoError(t, d.PoolFree(b, nil))
 	require.NoError(t, q.Synchronize(context.Background()))
 
-	st := d.PoolStats()
+	st := d.poolStats()
 	h1, m1 := drv(t)
 	hits, misses := st.Hits-st0.Hits, st.Misses-st0.Misses
 	require.Equal(t, uint64(4), st.Allocs-st0.Allocs)

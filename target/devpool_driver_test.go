@@ -147,7 +147,7 @@ func driverPoolHammer(t *testing.T, d *Device) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Zero(t, d.PoolStats().InUse)
+	require.Zero(t, d.poolStats().InUse)
 }
 
 // sizeClassPool: the device pool is target's size-class cache: a freed
@@ -155,17 +155,17 @@ func driverPoolHammer(t *testing.T, d *Device) {
 func sizeClassPool(t *testing.T, d *Device) {
 	d.TrimPool(0)
 	t.Cleanup(func() { d.TrimPool(0) })
-	hits := d.PoolStats().Hits
+	hits := d.poolStats().Hits
 	p, err := d.PoolAlloc(1<<20, nil)
 	require.NoError(t, err)
 	require.NoError(t, d.PoolFree(p, nil))
-	st := d.PoolStats()
+	st := d.poolStats()
 	require.False(t, st.DriverPool)
 	require.Equal(t, 1, st.FreeBlocks)
 	p2, err := d.PoolAlloc(1<<20, nil)
 	require.NoError(t, err)
 	require.Equal(t, p, p2)
-	require.Equal(t, hits+1, d.PoolStats().Hits)
+	require.Equal(t, hits+1, d.poolStats().Hits)
 	require.NoError(t, d.PoolFree(p2, nil))
 }
 
@@ -189,7 +189,7 @@ func driverPoolQueues(t *testing.T, d *Device) {
 	qa, qb := newQueue(t, d), newQueue(t, d)
 	p, err := d.PoolAlloc(n, qa)
 	require.NoError(t, err)
-	require.True(t, d.PoolStats().DriverPool)
+	require.True(t, d.poolStats().DriverPool)
 	release := holdWork(t, d)
 	require.NoError(t, CopyToDevice(deviceBytes(t, d, p, n), make([]byte, n), qa)) // held: A writes p
 	require.NoError(t, d.PoolFree(p, qa))
@@ -235,7 +235,7 @@ func driverPoolNilFree(t *testing.T, d *Device) {
 	// later allocation gets is the driver's choice: not asserted.)
 	require.Eventually(t, func() bool {
 		d.TrimPool(0)
-		return d.PoolStats().Reserved == 0
+		return d.poolStats().Reserved == 0
 	}, 10*time.Second, time.Millisecond)
 
 	// Both queues are known idle now: a free without a queue records no event.
@@ -259,8 +259,8 @@ func driverPoolNilFree(t *testing.T, d *Device) {
 func driverPoolLimit(t *testing.T, d *Device) {
 	const mib = 1 << 20
 	d.TrimPool(0)
-	require.Zero(t, d.PoolStats().Reserved)
-	allocs0 := d.PoolStats().Allocs
+	require.Zero(t, d.poolStats().Reserved)
+	allocs0 := d.poolStats().Allocs
 	d.SetPoolLimit(2 * mib)
 	t.Cleanup(func() { d.SetPoolLimit(0); d.TrimPool(0) })
 	a, err := d.PoolAlloc(mib, nil)
@@ -275,7 +275,7 @@ func driverPoolLimit(t *testing.T, d *Device) {
 	// threshold; the allocation's own synchronization gives a's block back.
 	c, err := d.PoolAlloc(mib/4, nil)
 	require.NoError(t, err)
-	st := d.PoolStats()
+	st := d.poolStats()
 	require.True(t, st.DriverPool)
 	require.Equal(t, uintptr(2*mib), st.Limit)
 	require.Equal(t, uintptr(mib+mib/4), st.Reserved, "free memory above the threshold went back at the synchronization")
@@ -284,11 +284,11 @@ func driverPoolLimit(t *testing.T, d *Device) {
 
 	require.NoError(t, d.PoolFree(b, nil))
 	require.NoError(t, d.PoolFree(c, nil))
-	st = d.PoolStats()
+	st = d.poolStats()
 	require.Zero(t, st.InUse)
 	require.Equal(t, uintptr(mib+mib/4), st.Reserved, "below the threshold the freed blocks stay reserved")
 	require.Equal(t, uintptr(mib/4), d.TrimPool(mib), "trim to 1 MiB gives back the 256 KiB block")
 	require.Equal(t, uintptr(mib), d.TrimPool(0))
-	require.Zero(t, d.PoolStats().Reserved)
+	require.Zero(t, d.poolStats().Reserved)
 	require.ErrorIs(t, d.PoolFree(b, nil), ErrInvalidArgument, "a double free")
 }

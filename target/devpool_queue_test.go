@@ -59,7 +59,7 @@ func poolFreeWhileAnotherQueueReads(t *testing.T, d *Device) {
 	require.True(t, bytes.Equal(batch1, out), "q2 read another batch than the one it was given")
 	require.NoError(t, y.FreeOn(q1))
 	require.NoError(t, q1.Synchronize(context.Background()))
-	require.Zero(t, d.PoolStats().InUse)
+	require.Zero(t, d.poolStats().InUse)
 }
 
 // Work ompalloc did not issue (a user's kernel on q2) is recorded with
@@ -115,12 +115,12 @@ func poolOutOfMemory(t *testing.T, d *Device) {
 		require.NoError(t, err)
 		require.NoError(t, d.PoolFree(x, nil))
 		y, err := d.PoolAlloc(c.second, nil)
-		require.NoError(t, err, "%d MiB after %d MiB freed on a 64 MiB device: %+v", c.second>>20, c.first>>20, d.PoolStats())
+		require.NoError(t, err, "%d MiB after %d MiB freed on a 64 MiB device: %+v", c.second>>20, c.first>>20, d.poolStats())
 		require.NoError(t, d.PoolFree(y, nil))
 	}
 	_, err := d.PoolAlloc(80*mib, nil)
 	require.ErrorIs(t, err, ErrOutOfMemory, "vendor-neutral")
-	require.Zero(t, d.PoolStats().InUse)
+	require.Zero(t, d.poolStats().InUse)
 }
 
 // gateHook closes or opens the fake's gate in front of an API call, and
@@ -156,7 +156,7 @@ func poolNoDriverCallUnderMutex(t *testing.T, d *Device) {
 	t.Cleanup(func() { d.TrimPool(0) })
 	set, gated := gateHook(t, d)
 	name := "cuMemFree"
-	if d.PoolStats().DriverPool || gated == nil {
+	if d.poolStats().DriverPool || gated == nil {
 		t.Skip("the size-class cache of the fake CUDA driver")
 	}
 	x, err := d.PoolAlloc(mib, nil)
@@ -206,7 +206,7 @@ func driverPoolLimitOutsideMutex(t *testing.T, d *Device) {
 	})
 	open()
 	<-done
-	require.Equal(t, uintptr(32*mib), d.PoolStats().Limit)
+	require.Equal(t, uintptr(32*mib), d.poolStats().Limit)
 }
 
 // Issue 27 item 8: a nil-queue allocation does not wait for another queue's
@@ -273,17 +273,17 @@ func driverPoolCreateRetried(t *testing.T, d *Device) {
 	t.Cleanup(func() { _ = os.Setenv("FAKECUDA_FAIL", "") })
 	p, err := d.PoolAlloc(mib, nil)
 	require.NoError(t, err)
-	require.False(t, d.PoolStats().DriverPool, "the first cuMemPoolCreate failed: the cache serves")
+	require.False(t, d.poolStats().DriverPool, "the first cuMemPoolCreate failed: the cache serves")
 	require.NoError(t, d.PoolFree(p, nil))
 	q, err := d.PoolAlloc(2*mib, nil) // a miss: ask again
 	require.NoError(t, err)
-	st := d.PoolStats()
+	st := d.poolStats()
 	require.True(t, st.DriverPool, "%+v", st)
 	require.NoError(t, d.PoolFree(q, nil))
 	p2, err := d.PoolAlloc(mib, nil)
 	require.NoError(t, err)
 	require.NoError(t, d.PoolFree(p2, nil))
-	require.Equal(t, 1, d.PoolStats().FreeBlocks, "the cache's block stays cached, the driver's pool serves")
+	require.Equal(t, 1, d.poolStats().FreeBlocks, "the cache's block stays cached, the driver's pool serves")
 	d.TrimPool(0)
-	require.Zero(t, d.PoolStats().Reserved)
+	require.Zero(t, d.poolStats().Reserved)
 }

@@ -23,12 +23,12 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	p, err := d.PoolAlloc(1<<20, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, f.live(MemDevice))
-	st := d.PoolStats()
+	st := d.poolStats()
 	require.Equal(t, PoolStats{Reserved: 1 << 20, InUse: 1 << 20, Misses: 1, Allocs: 1}, st)
 
 	require.NoError(t, d.PoolFree(p, nil))
 	require.Equal(t, 1, f.live(MemDevice), "cached, not freed")
-	st = d.PoolStats()
+	st = d.poolStats()
 	require.Equal(t, uintptr(1<<20), st.Reserved)
 	require.Zero(t, st.InUse)
 	require.Equal(t, 1, st.FreeBlocks)
@@ -37,7 +37,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 	p2, err := d.PoolAlloc(1<<20-100, nil) // same class
 	require.NoError(t, err)
 	require.Equal(t, p, p2)
-	require.Equal(t, uint64(1), d.PoolStats().Hits)
+	require.Equal(t, uint64(1), d.poolStats().Hits)
 	require.Equal(t, 1, f.live(MemDevice))
 
 	err = d.PoolFree(p2+8, nil)
@@ -49,7 +49,7 @@ func TestDevicePoolReuseAndStats(t *testing.T) {
 
 	require.Equal(t, uintptr(1<<20), d.TrimPool(0))
 	require.Zero(t, f.live(MemDevice))
-	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1, Allocs: 2}, d.PoolStats())
+	require.Equal(t, PoolStats{Hits: 1, Misses: 1, Released: 1, Allocs: 2}, d.poolStats())
 }
 
 // A block freed after use on queue A is reused by A at once, by anyone
@@ -72,7 +72,7 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, CopyToDevice(arr, src, qa)) // A's work uses the block, held
 	require.NoError(t, d.PoolFree(p, qa))
-	require.Equal(t, 1, d.PoolStats().Waiting)
+	require.Equal(t, 1, d.poolStats().Waiting)
 
 	pa, err := d.PoolAlloc(4096, qa)
 	require.NoError(t, err)
@@ -90,12 +90,12 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 
 	// Freed without a queue, they wait for every queue's work (A's is held).
 	require.Zero(t, d.TrimPool(0), "nothing waiting is released")
-	require.Equal(t, 3, d.PoolStats().FreeBlocks)
-	require.Equal(t, 3, d.PoolStats().Waiting)
+	require.Equal(t, 3, d.poolStats().FreeBlocks)
+	require.Equal(t, 3, d.poolStats().Waiting)
 
 	f.release()
 	require.NoError(t, qa.Synchronize(context.Background()))
-	require.Equal(t, 2, d.PoolStats().Waiting, "the blocks freed without a queue wait for idle B's query too")
+	require.Equal(t, 2, d.poolStats().Waiting, "the blocks freed without a queue wait for idle B's query too")
 	got, err := d.PoolAlloc(4096, qb)
 	require.NoError(t, err)
 	require.Equal(t, p, got, "reusable by anyone once A's work is done")
@@ -103,7 +103,7 @@ func TestDevicePoolQueueOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, []uintptr{pb, pn}, got2)
 	require.Equal(t, 3, f.live(MemDevice), "no new driver allocation")
-	require.Zero(t, d.PoolStats().Waiting)
+	require.Zero(t, d.poolStats().Waiting)
 	require.NoError(t, d.PoolFree(got2, nil))
 	require.NoError(t, d.PoolFree(got, nil))
 	d.TrimPool(0)
@@ -124,14 +124,14 @@ func TestDevicePoolLimit(t *testing.T) {
 	// Another class at the limit: the ready free block goes back first.
 	c, err := d.PoolAlloc(256<<10, nil)
 	require.NoError(t, err)
-	st := d.PoolStats()
+	st := d.poolStats()
 	require.Equal(t, uintptr(768<<10), st.Reserved)
 	require.Equal(t, uint64(1), st.Released)
 	require.Equal(t, 2, f.live(MemDevice))
 	require.NoError(t, d.PoolFree(b, nil))
 	require.NoError(t, d.PoolFree(c, nil))
 	d.SetPoolLimit(256 << 10)
-	require.Equal(t, uintptr(256<<10), d.PoolStats().Reserved, "a lower limit gives back what is over it")
+	require.Equal(t, uintptr(256<<10), d.poolStats().Reserved, "a lower limit gives back what is over it")
 }
 
 // Issue 27 item 2: PoolArray is the typed PoolAlloc: a reused block costs
@@ -142,13 +142,13 @@ func TestAllocArrayUsesThePool(t *testing.T) {
 	a, err := PoolArray[float32](d, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1000, a.Len())
-	require.Equal(t, uintptr(4096), d.PoolStats().InUse, "4000 bytes, in the 4096-byte class")
+	require.Equal(t, uintptr(4096), d.poolStats().InUse, "4000 bytes, in the 4096-byte class")
 	require.NoError(t, a.Free())
 	require.Equal(t, 1, f.live(MemDevice), "cached, not freed")
 	b, err := PoolArray[float32](d, 1000, nil)
 	require.NoError(t, err)
 	require.Equal(t, a.m.Addr, b.m.Addr)
-	require.Equal(t, uint64(1), d.PoolStats().Hits)
+	require.Equal(t, uint64(1), d.poolStats().Hits)
 	require.NoError(t, b.Free())
 	require.ErrorIs(t, b.Free(), ErrInvalidArgument, "a double free")
 

@@ -88,7 +88,7 @@
 // never takes memory from another library's use of the default pool;
 // PeerAccess grants peers access to it); elsewhere a size-class cache
 // that keeps at most an eighth of the device's memory in free blocks.
-// PoolStats, SetPoolLimit and TrimPool work on either. No driver call is
+// MemoryStats().Pool, SetPoolLimit and TrimPool work on either. No driver call is
 // made under the pool's lock.
 //
 // # Generic and vendor parts

@@ -309,5 +309,5 @@ func pinnedPath(t *testing.T, d *Device) {
 	}
 	require.NoError(t, d.UnlockMem(locked))
 	require.NoError(t, d.Free(MemHost, hostAlloc))
-	require.Zero(t, d.Registry().Len())
+	require.Zero(t, d.Registry().Stats().Entries)
 }

@@ -52,9 +52,6 @@ type Event struct {
 	users    int // driver calls in flight without mu (waits, Elapsed)
 }
 
-// ErrNotRecorded: Elapsed of an event that was never recorded.
-var ErrNotRecorded = errors.New("event not recorded")
-
 // ErrNotReady: Elapsed of an event whose work has not completed yet
 // (CUDA_ERROR_NOT_READY on CUDA). Wait for it (Synchronize) first.
 var ErrNotReady = plugin.ErrNotReady
@@ -260,9 +257,9 @@ func (e *Event) wait(what string) error {
 // both recorded, complete, timing events of one device (CUDA:
 // "cudaEventElapsedTime() will fail if the two input events are associated
 // to different devices"; the clocks of two devices are not one clock). It
-// is negative if end completed first. An event not recorded is
-// ErrNotRecorded, one not complete yet ErrNotReady, events of two devices
-// or without timing ErrInvalidArgument; a runtime that cannot time (an HSA
+// is negative if end completed first. An event not complete yet is
+// ErrNotReady (ask again later); an event never recorded, events of two
+// devices or without timing are ErrInvalidArgument; a runtime that cannot time (an HSA
 // runtime without hsa_amd_profiling_get_async_copy_time) is
 // errors.ErrUnsupported.
 func Elapsed(start, end *Event) (_ time.Duration, err error) {
@@ -294,7 +291,7 @@ func Elapsed(start, end *Event) (_ time.Duration, err error) {
 			return 0, err
 		}
 		if !rec {
-			return 0, fmt.Errorf("elapsed time: device %d: %w", e.dev.ID, ErrNotRecorded)
+			return 0, fmt.Errorf("elapsed time: device %d: %w: an event never recorded (Record it on a queue first)", e.dev.ID, ErrInvalidArgument)
 		}
 	}
 	d, err := end.impl.Elapsed(start.impl)

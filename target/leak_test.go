@@ -14,7 +14,7 @@ import (
 func leaks() []string {
 	var msgs []string
 	for _, d := range Devices() {
-		if n := d.Registry().Len(); n != 0 {
+		if n := d.Registry().Stats().Entries; n != 0 {
 			var sb strings.Builder
 			d.Registry().r.Dump(&sb)
 			msgs = append(msgs, fmt.Sprintf("device %d: %d registry entries still held:\n%s", d.ID, n, sb.String()))
@@ -28,7 +28,7 @@ func leaks() []string {
 		if allocs != 0 {
 			msgs = append(msgs, fmt.Sprintf("device %d: %d allocations Alloc returned and Free did not take back", d.ID, allocs))
 		}
-		if st := d.PoolStats(); st.InUse != 0 {
+		if st := d.poolStats(); st.InUse != 0 {
 			msgs = append(msgs, fmt.Sprintf("device %d: %d bytes of the device pool still handed out", d.ID, st.InUse))
 		}
 		d.qmu.Lock()

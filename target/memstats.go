@@ -65,9 +65,9 @@ type MemoryStats struct {
 // pool's reserved bytes.
 func (d *Device) MemoryStats() MemoryStats {
 	st := d.mem.snapshot()
-	st.Pool = d.PoolStats()
+	st.Pool = d.poolStats()
 	st.Reserved = st.Direct + uint64(st.Pool.Reserved)
-	st.PeakReserved = max(d.mem.peakReserved(), st.Reserved) // PoolStats took the driver's reading: the same unless a block came meanwhile
+	st.PeakReserved = max(d.mem.peakReserved(), st.Reserved) // poolStats took the driver's reading: the same unless a block came meanwhile
 	st.Staging = uint64(d.StagingStats().PoolBytes)
 	st.Free, st.Total, _ = d.MemGetInfo()
 	return st
@@ -76,7 +76,7 @@ func (d *Device) MemoryStats() MemoryStats {
 // ResetPeakMemoryStats makes the peaks (PeakAllocated, PeakReserved) the
 // current figures, as torch.cuda.reset_peak_memory_stats does.
 func (d *Device) ResetPeakMemoryStats() {
-	reserved := d.mem.directBytes() + uint64(d.PoolStats().Reserved)
+	reserved := d.mem.directBytes() + uint64(d.poolStats().Reserved)
 	d.mem.resetPeak(reserved)
 }
 

@@ -88,6 +88,6 @@ func TestCUDAPeerCopiesChild(t *testing.T) {
 	require.NoError(t, MemcpyAsync(back, a, n, InitialDevice(), 0, q0))
 	require.NoError(t, q0.Synchronize(context.Background()))
 	require.True(t, hasFill(back, n, 22))
-	require.Zero(t, d0.Registry().Len())
-	require.Zero(t, d1.Registry().Len())
+	require.Zero(t, d0.Registry().Stats().Entries)
+	require.Zero(t, d1.Registry().Stats().Entries)
 }

@@ -174,8 +174,8 @@ func TestMemcpyBouncesThroughPinned(t *testing.T) {
 		require.Equal(t, 1, locks, "%s: the bounce buffers were locked once", f.name)
 		require.Equal(t, 1, unlocks)
 	}
-	require.Zero(t, da.Registry().Len())
-	require.Zero(t, db.Registry().Len())
+	require.Zero(t, da.Registry().Stats().Entries)
+	require.Zero(t, db.Registry().Stats().Entries)
 
 	// A lock that fails is an error naming it; pageable memory is not used instead.
 	b.failLock.Store(true)
@@ -184,5 +184,5 @@ func TestMemcpyBouncesThroughPinned(t *testing.T) {
 	require.ErrorContains(t, err, "memcpy of")
 	require.ErrorContains(t, err, "pin the bounce buffers")
 	b.failLock.Store(false)
-	require.Zero(t, da.Registry().Len(), "the source's lock was undone")
+	require.Zero(t, da.Registry().Stats().Entries, "the source's lock was undone")
 }

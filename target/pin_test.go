@@ -46,7 +46,7 @@ func TestPinRefusals(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "pin C memory with Device.LockMem")
 	d, _ := Get(host)
-	require.Zero(t, d.Registry().Len(), "nothing locked by a refused pin")
+	require.Zero(t, d.Registry().Stats().Entries, "nothing locked by a refused pin")
 }
 
 func TestPinGoHeapSlice(t *testing.T) {
@@ -63,7 +63,7 @@ func TestPinGoHeapSlice(t *testing.T) {
 	require.True(t, IsPinned(xs))
 	require.True(t, IsPinned(xs[100:200]), "a part of a pinned slice is pinned")
 	require.Equal(t, []int{host}, h.Devices())
-	require.Equal(t, 1, d.Registry().Len())
+	require.Equal(t, 1, d.Registry().Stats().Entries)
 
 	// Nesting: a sub-slice only adds a reference, as llvm_omp_target_lock_mem.
 	calls := d.Registry().Stats().VendorLocks
@@ -74,7 +74,7 @@ func TestPinGoHeapSlice(t *testing.T) {
 	require.True(t, IsPinned(xs), "the nested pin keeps the lock")
 	require.NoError(t, h2.Close())
 	require.False(t, IsPinned(xs))
-	require.Zero(t, d.Registry().Len())
+	require.Zero(t, d.Registry().Stats().Entries)
 
 	err = h.Unpin()
 	require.ErrorIs(t, err, ErrInvalidArgument)
@@ -129,13 +129,13 @@ func TestPinDroppedHandleIsUnpinned(t *testing.T) {
 	d, _ := Get(host)
 	warned := captureWarnings(t)
 	_, wp := pinOnly(t, host) // the handle is dropped at once
-	require.Equal(t, 1, d.Registry().Len())
+	require.Equal(t, 1, d.Registry().Stats().Entries)
 	deadline := time.Now().Add(10 * time.Second)
-	for d.Registry().Len() != 0 && time.Now().Before(deadline) {
+	for d.Registry().Stats().Entries != 0 && time.Now().Before(deadline) {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
 	}
-	require.Zero(t, d.Registry().Len(), "the cleanup of a dropped handle unpins")
+	require.Zero(t, d.Registry().Stats().Entries, "the cleanup of a dropped handle unpins")
 	// Issue 31 item 4: and says so through the warning hook, as a Buffer does.
 	w := warned()
 	require.Contains(t, w, "ompalloc: warning: ")

@@ -4,6 +4,6 @@ package target
 // of the IsPinned the read-only view no longer has: IsPinned is the
 // one question a user asks).
 func registered(r Registry, p uintptr) bool {
-	_, ok := r.Lookup(p)
+	_, ok := r.Entry(p)
 	return ok
 }

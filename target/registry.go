@@ -16,26 +16,19 @@ import (
 // (an entry a pinned allocator holds cannot be unlocked by a user at all).
 type Registry struct{ r *pinreg.Registry }
 
-// Lookup returns the device's address for host address p when p is inside
-// an entry. Whether a slice is pinned for any device is IsPinned's
-// question, the one a program asks.
-func (v Registry) Lookup(p uintptr) (dev uintptr, ok bool) { return v.r.Lookup(p) }
-
-// Entry returns the state of the entry containing p.
+// Entry returns the state of the entry containing p: its range, the
+// device's address for it (the device's address for p is
+// Dev + p - Host) and its references. Whether a slice is pinned for any
+// device is IsPinned's question, the one a program asks.
 func (v Registry) Entry(p uintptr) (pinned.EntryInfo, bool) { return v.r.Entry(p) }
 
 // Held reports whether the entry starting at p is held by a part of the
 // runtime (a pinned allocator's chunk), and by whom.
 func (v Registry) Held(p uintptr) (owner string, ok bool) { return v.r.Held(p) }
 
-// HeldStats returns the number of held entries and their bytes.
-func (v Registry) HeldStats() (entries int, bytes uintptr) { return v.r.HeldStats() }
-
-// Len returns the number of entries.
-func (v Registry) Len() int { return v.r.Len() }
-
-// Stats returns the registry's counters. It visits every entry: not for
-// hot paths.
+// Stats returns the registry's counters: its entries (Entries), those a
+// part of the runtime holds (HeldEntries, HeldBytes), locks and unlocks.
+// It visits every entry: not for hot paths.
 func (v Registry) Stats() pinned.Stats { return v.r.Stats() }
 
 // Each calls f with every entry, in address order, until f returns false.

@@ -80,7 +80,7 @@ func WriteMemoryHistory(w io.Writer) error {
 
 // record appends an event of d.
 func (d *Device) record(p, n uintptr, path memPath, alloc bool, allocated uint64) {
-	reserved := d.mem.directBytes() + uint64(d.PoolStats().Reserved)
+	reserved := d.mem.directBytes() + uint64(d.poolStats().Reserved)
 	op := "free"
 	if alloc {
 		op = "alloc"

@@ -231,7 +231,7 @@ func lockRegionsSection(c *benchConfig) *benchSection {
 					x := uint32(2463534242)
 					return measure(budget, func(k int) error {
 						for range k {
-							if _, ok := reg.Lookup(pick(&x, n)); !ok {
+							if _, ok := reg.Entry(pick(&x, n)); !ok {
 								return errors.New("lookup missed a locked region")
 							}
 						}

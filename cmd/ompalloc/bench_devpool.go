@@ -54,7 +54,7 @@ func deviceAllocSection(d *target.Device, rep *BenchDevice) *benchSection {
 
 // devicePoolKind names what serves d's pool (read after an allocation).
 func devicePoolKind(d *target.Device) string {
-	if d.PoolStats().DriverPool {
+	if d.MemoryStats().Pool.DriverPool {
 		return "driver"
 	}
 	return "size_class"

@@ -43,7 +43,7 @@ func main() {
 		log.Fatal("nested lock failed")
 	}
 	e, _ := d.Registry().Entry(uintptr(buf))
-	fmt.Printf("after two locks: %d entry, size %d, references %d\n", d.Registry().Len(), e.Size, e.Refs)
+	fmt.Printf("after two locks: %d entry, size %d, references %d\n", d.Registry().Stats().Entries, e.Size, e.Refs)
 
 	// A range that starts inside the buffer and runs past its end is refused.
 	_, err = d.LockMem(uintptr(buf)+size-4096, 8192)
@@ -54,7 +54,7 @@ func main() {
 	// Unlock with any pointer inside the range; the last unlock unlocks.
 	kmp.TargetUnlockMem(unsafe.Add(inner, 100), dev)
 	kmp.TargetUnlockMem(buf, dev)
-	fmt.Println("after two unlocks:", d.Registry().Len(), "entries")
+	fmt.Println("after two unlocks:", d.Registry().Stats().Entries, "entries")
 
 	// Unlocking again is an error, and changes nothing.
 	err = d.UnlockMem(uintptr(buf))

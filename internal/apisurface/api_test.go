@@ -20,7 +20,7 @@ import (
 // and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
-const maxPublicNames = 455
+const maxPublicNames = 450
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under
@@ -231,6 +231,8 @@ func TestNoPlumbingExported(t *testing.T) {
 		{"target", "ArrayOf"}, {"target", "Array.Memory"},
 		{"target", "Device.Submit"}, {"target", "Device.Retrieve"}, {"target", "Device.Exchange"},
 		{"target", "Queue.SynchronizeContext"}, {"target", "DefaultStagingConfig"},
+		{"target", "Registry.Lookup"}, {"target", "Registry.Len"}, {"target", "Registry.HeldStats"},
+		{"target", "Device.PoolStats"}, {"target", "ErrNotRecorded"},
 		{"loader", "Call"},
 		// The mechanics of loading moved to internal/dl (issue 28 item 3).
 		{"loader", "C"}, {"loader", "Spec"}, {"loader", "Library"},

@@ -60,8 +60,7 @@ func (b Baseline) Consistent() error {
 	used := ps.Used
 	var held, hostKiB uintptr
 	for _, d := range target.Devices() {
-		_, hb := d.Registry().HeldStats()
-		held += hb
+		held += d.Registry().Stats().HeldBytes
 		if d.IsHost() {
 			hostKiB = lockedPages(d) * uintptr(os.Getpagesize()) / 1024
 		}
@@ -131,7 +130,7 @@ func (b Baseline) Check() error {
 		msgs = append(msgs, fmt.Sprintf("%d pinned bytes still counted after a trim", used))
 	}
 	for _, d := range target.Devices() {
-		if n := d.Registry().Len(); n != 0 {
+		if n := d.Registry().Stats().Entries; n != 0 {
 			var sb strings.Builder
 			d.Registry().Each(func(e pinned.EntryInfo) bool {
 				fmt.Fprintf(&sb, "  [%#x, %#x) %v refs=%d mapped=%d\n", e.Host, e.Host+e.Size, e.Kind, e.Refs, e.MappedRefs)

@@ -27,6 +27,9 @@ func TestHoldIsNotReachableByUnlock(t *testing.T) {
 	require.True(t, ok, "nothing changed")
 	require.Zero(t, in.Refs)
 	require.Equal(t, KindLocked, in.Kind)
+	st := r.Stats()
+	require.Equal(t, 1, st.HeldEntries, "Stats counts the held entry")
+	require.Equal(t, uintptr(n), st.HeldBytes)
 
 	_, err = r.Lock(p+64, 64)
 	require.NoError(t, err)
@@ -48,6 +51,7 @@ func TestHoldIsNotReachableByUnlock(t *testing.T) {
 	require.Equal(t, 1, locks)
 	require.Equal(t, 1, mapped)
 	require.Zero(t, r.Len())
+	require.Zero(t, r.Stats().HeldEntries, "released")
 	l, u, held, problems := f.snapshot()
 	require.Equal(t, 1, l)
 	require.Equal(t, 1, u)

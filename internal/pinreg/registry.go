@@ -363,6 +363,12 @@ func (r *Registry) HeldStats() (entries int, bytes uintptr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settleAll()
+	return r.heldLocked()
+}
+
+// heldLocked counts the entries Hold made and their bytes; r.mu is held
+// and the registry settled.
+func (r *Registry) heldLocked() (entries int, bytes uintptr) {
 	for p := range r.owners {
 		if e := r.floor(p); e != nil && e.host == p {
 			entries++
@@ -528,6 +534,7 @@ func (r *Registry) Stats() Stats {
 		s.Hits += e.refs.Load() >> hitShift
 		return true
 	})
+	s.HeldEntries, s.HeldBytes = r.heldLocked()
 	return s
 }
 

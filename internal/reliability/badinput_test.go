@@ -80,7 +80,7 @@ func newWorld(t *testing.T) *world {
 		require.NoError(t, err)
 	}
 	alloc.Trim()
-	w.regLen = w.host.Registry().Len()
+	w.regLen = w.host.Registry().Stats().Entries
 	for _, l := range alloc.LiveBlocks() {
 		w.live += l.Blocks
 	}
@@ -108,7 +108,7 @@ func (w *world) intact(t *testing.T) {
 	require.Equal(t, uintptr(sentinelLock), e.Size)
 	require.True(t, registered(w.pinDev.Registry(), uintptr(w.blocks[2].p)), "the pinned sentinel is still pinned")
 	alloc.Trim()
-	require.Equal(t, w.regLen, w.host.Registry().Len(), "registry entries")
+	require.Equal(t, w.regLen, w.host.Registry().Stats().Entries, "registry entries")
 	var live int64
 	for _, l := range alloc.LiveBlocks() {
 		live += l.Blocks

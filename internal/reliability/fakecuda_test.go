@@ -169,7 +169,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 				}
 				require.NoError(t, alloc.Free(p))
 			}
-			require.Zero(t, d0.Registry().Len(), "no entry left by the failed pin")
+			require.Zero(t, d0.Registry().Stats().Entries, "no entry left by the failed pin")
 			// The next allocation is pinned through the driver.
 			q, err := a.Alloc(4096)
 			require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		undo()
 		faults++
 		require.ErrorContains(t, err, "CUDA_ERROR_OUT_OF_MEMORY")
-		require.Zero(t, d0.Registry().Len())
+		require.Zero(t, d0.Registry().Stats().Entries)
 		dev, err := d0.LockMem(buf, 1<<20)
 		require.NoError(t, err)
 		require.NotZero(t, dev)
@@ -199,7 +199,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		// device's caching pool: emptied first, every allocation below is
 		// a miss that reaches the (failing) driver.
 		d0.TrimPool(0)
-		require.Zero(t, d0.PoolStats().Reserved)
+		require.Zero(t, d0.MemoryStats().Pool.Reserved)
 		undo := injectCUDA(t, "cuMemAlloc")
 		_, err := d0.Alloc(plugin.MemDevice, 1<<20)
 		require.ErrorContains(t, err, "cuMemAlloc")
@@ -214,7 +214,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		warnsOnce(t, func() { require.Nil(t, kmp.Alloc(1<<20, kmp.TargetDeviceMemAlloc)) }, "omp_alloc", "cuMemAlloc")
 		undo()
 		faults += 4
-		require.Zero(t, d0.PoolStats().Reserved, "failed misses reserve nothing")
+		require.Zero(t, d0.MemoryStats().Pool.Reserved, "failed misses reserve nothing")
 		p, err = ta.Alloc(1 << 20)
 		require.NoError(t, err)
 		require.NotNil(t, p)
@@ -222,7 +222,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		// The block went back to the pool, not the driver; trimming the
 		// pool gives it back (the baseline check below counts the driver's
 		// allocations).
-		require.Equal(t, 1, d0.PoolStats().FreeBlocks)
+		require.Equal(t, 1, d0.MemoryStats().Pool.FreeBlocks)
 		require.Equal(t, uintptr(1<<20), d0.TrimPool(0))
 	})
 

@@ -115,7 +115,7 @@ func snapshot() state {
 	}
 	s.PinnedUsed = alloc.ReadPinnedStats().Used
 	for _, d := range target.Devices() {
-		s.Registry = append(s.Registry, d.Registry().Len())
+		s.Registry = append(s.Registry, d.Registry().Stats().Entries)
 		s.InUse = append(s.InUse, d.StagingStats().InUseBytes)
 	}
 	s.VmLck = vmLck()

@@ -171,6 +171,6 @@ func TestMemlockLimitChild(t *testing.T) {
 	require.NoError(t, alloc.Free(small))
 	require.NoError(t, nullFb.Destroy())
 	require.NoError(t, defFb.Destroy())
-	require.Zero(t, d.Registry().Len())
+	require.Zero(t, d.Registry().Stats().Entries)
 	requireSame(t, base, "memlock limit")
 }

@@ -20,6 +20,7 @@ func main() {
 		fmt.Println(e.Kind, uintptr(p) >= e.Host && uintptr(p) < e.Host+e.Size)
 		return true
 	})
-	_, ok := d.Registry().Lookup(uintptr(p))
-	fmt.Println(ok, d.Registry().Stats().Entries)
+	e, ok := d.Registry().Entry(uintptr(p))
+	owner, held := d.Registry().Held(e.Host)
+	fmt.Println(ok, owner, held, d.Registry().Stats().Entries, d.Registry().Stats().HeldBytes)
 }

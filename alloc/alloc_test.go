@@ -40,9 +40,9 @@ func allIs(p unsafe.Pointer, n uintptr, v byte) bool {
 }
 
 func TestPredefinedAllocatorsServeHostMemory(t *testing.T) {
-	for _, h := range []Handle{defaultMem, largeCapMem, constMem, highBwMem, lowLatMem, cgroupMem, pteamMem, threadMem} {
+	for _, h := range []handle{predef.DefaultMem, predef.LargeCapMem, predef.ConstMem, predef.HighBwMem, predef.LowLatMem, predef.CgroupMem, predef.PteamMem, predef.ThreadMem} {
 		t.Run(predef.Name(uintptr(h)), func(t *testing.T) {
-			a, ok := Lookup(h)
+			a, ok := lookup(h)
 			require.True(t, ok)
 			require.Equal(t, predef.Name(uintptr(h)), a.String())
 			p, err := a.Alloc(100)
@@ -56,9 +56,9 @@ func TestPredefinedAllocatorsServeHostMemory(t *testing.T) {
 			require.ErrorIs(t, a.Destroy(), ErrInvalidArgument, "predefined allocators cannot be destroyed")
 		})
 	}
-	_, ok := Lookup(9)
+	_, ok := lookup(9)
 	require.False(t, ok)
-	_, ok = Lookup(1 << 40)
+	_, ok = lookup(1 << 40)
 	require.False(t, ok)
 }
 
@@ -79,7 +79,7 @@ func TestInvalidTraits(t *testing.T) {
 		{"bad fallback value", memspace.Default, []traits.Trait{{Key: traits.Fallback, Value: 3}}, ErrInvalidTrait, "fallback"},
 		{"allocator_fb without fb_data", memspace.Default, []traits.Trait{{Key: traits.Fallback, Value: traits.AllocatorFb}}, ErrInvalidTrait, "fb_data"},
 		{"fb_data not an allocator", memspace.Default, []traits.Trait{{Key: traits.Fallback, Value: traits.AllocatorFb}, {Key: traits.FbData, Value: 77777}}, ErrInvalidTrait, "fb_data"},
-		{"fb_data destroyed", memspace.Default, []traits.Trait{{Key: traits.Fallback, Value: traits.AllocatorFb}, {Key: traits.FbData, Value: uintptr(dead.Handle())}}, ErrInvalidTrait, "fb_data"},
+		{"fb_data destroyed", memspace.Default, []traits.Trait{{Key: traits.Fallback, Value: traits.AllocatorFb}, {Key: traits.FbData, Value: uintptr(dead.handle())}}, ErrInvalidTrait, "fb_data"},
 		{"pinned=2", memspace.Default, []traits.Trait{{Key: traits.Pinned, Value: 2}}, ErrInvalidTrait, "pinned"},
 		{"null memspace", memspace.Null, nil, ErrInvalidArgument, "memory space"},
 		{"unknown memspace", memspace.ID(55), nil, ErrInvalidArgument, "memory space"},
@@ -187,7 +187,7 @@ func TestPoolSizeIsAQuotaOnFootprint(t *testing.T) {
 				require.NoError(t, err)
 				o, err := ownerOf(p2)
 				require.NoError(t, err)
-				require.Equal(t, defaultMem, o.Handle(), "the second block came from omp_default_mem_alloc")
+				require.Equal(t, handle(predef.DefaultMem), o.handle(), "the second block came from omp_default_mem_alloc")
 				require.NoError(t, Free(p2))
 			}
 			st := a.Stats()
@@ -236,17 +236,17 @@ func TestRealloc(t *testing.T) {
 	a := Default()
 	b := mustNew(t, memspace.Default, WithAlignment(256))
 
-	p, err := Realloc(nil, 100, a)
+	p, err := realloc(nil, 100, a)
 	require.NoError(t, err)
 	fill(p, 100, 7)
-	q, err := Realloc(p, 5000, b) // grow, moving to another allocator
+	q, err := realloc(p, 5000, b) // grow, moving to another allocator
 	require.NoError(t, err)
 	require.True(t, allIs(q, 100, 7))
 	require.Zero(t, uintptr(q)%256)
 	o, _ := ownerOf(q)
 	require.Same(t, b, o)
 	require.ErrorIs(t, Free(p), ErrDoubleFree, "realloc freed the old block")
-	r, err := Realloc(q, 10, nil) // shrink within its own allocator
+	r, err := realloc(q, 10, nil) // shrink within its own allocator
 	require.NoError(t, err)
 	require.True(t, allIs(r, 10, 7))
 	o, _ = ownerOf(r)
@@ -260,12 +260,12 @@ func TestRealloc(t *testing.T) {
 	s, err := small.Alloc(1000)
 	require.NoError(t, err)
 	fill(s, 1000, 9)
-	_, err = Realloc(s, 1<<20, nil)
+	_, err = realloc(s, 1<<20, nil)
 	require.ErrorIs(t, err, ErrPoolExhausted)
 	require.True(t, allIs(s, 1000, 9))
 	require.NoError(t, Free(s))
 
-	z, err := Realloc(r, 0, nil)
+	z, err := realloc(r, 0, nil)
 	require.NoError(t, err)
 	require.Nil(t, z)
 	require.ErrorIs(t, Free(r), ErrDoubleFree, "size 0 freed it")
@@ -315,7 +315,7 @@ func TestDestroyWithLiveBlocks(t *testing.T) {
 	err = a.Destroy()
 	require.ErrorIs(t, err, ErrLiveBlocks)
 	require.ErrorContains(t, err, "3 blocks")
-	_, ok := Lookup(a.Handle())
+	_, ok := lookup(a.handle())
 	require.False(t, ok, "a destroyed allocator is no longer looked up")
 	_, err = a.Alloc(10)
 	require.ErrorIs(t, err, ErrDestroyed)
@@ -425,7 +425,7 @@ func TestConcurrentHammer(t *testing.T) {
 						errs <- err
 						return
 					}
-					np, err := Realloc(b.p, n, a)
+					np, err := realloc(b.p, n, a)
 					if err != nil {
 						errs <- err
 						return
@@ -509,7 +509,7 @@ func TestReallocInPlace(t *testing.T) {
 			require.NoError(t, err)
 			fill(p, tc.from, 3)
 			before, used := tc.a.Stats(), tc.a.Stats().PoolUsed
-			q, err := Realloc(p, tc.to, tc.into)
+			q, err := realloc(p, tc.to, tc.into)
 			require.NoError(t, err)
 			require.Equal(t, tc.inPlace, q == p, "in place")
 			require.True(t, allIs(q, min(tc.from, tc.to), 3))
@@ -553,7 +553,7 @@ func TestHandleLimit(t *testing.T) {
 	tableMu.Unlock()
 	a, err := New(memspace.Default)
 	require.NoError(t, err)
-	require.Equal(t, maxHandle, a.Handle())
+	require.Equal(t, maxHandle, a.handle())
 	p, err := a.Alloc(100) // a small block: the owner fits its header
 	require.NoError(t, err)
 	o, err := ownerOf(p)

@@ -18,34 +18,20 @@ import (
 	"github.com/ompalloc/ompalloc/traits"
 )
 
-// Handle is an allocator's number, the omp_allocator_handle_t of omp.h:
-// 1..8 and 100..102 are the predefined allocators, 0 the null allocator,
-// larger numbers allocators made at run time. Package kmp names the
-// predefined ones (kmp.HighBwMemAlloc is 4): Lookup(alloc.Handle(h)) gives
-// the *Allocator behind one; a Go program usually wants Default, or New
-// with the memory space and traits it needs.
-type Handle uintptr
+// handle is an allocator's number, the omp_allocator_handle_t of omp.h:
+// 0 the null allocator, 1..8 and 100..102 the predefined allocators
+// (internal/predef's numbers), larger numbers allocators made at run time.
+// Package kmp hands them to C-style code; internal/ompglue is its way from
+// one to the *Allocator (a Go program holds the *Allocator).
+type handle uintptr
 
-// Predefined allocator handles (omp.h numbering; kmp exports them).
 const (
-	nullHandle         Handle = 0
-	defaultMem         Handle = 1
-	largeCapMem        Handle = 2
-	constMem           Handle = 3
-	highBwMem          Handle = 4
-	lowLatMem          Handle = 5
-	cgroupMem          Handle = 6
-	pteamMem           Handle = 7
-	threadMem          Handle = 8
-	targetHostMem      Handle = 100
-	targetSharedMem    Handle = 101
-	targetDeviceMem    Handle = 102
-	firstRuntimeHandle Handle = 1024
+	firstRuntimeHandle handle = 1024
 	// maxHandle is the largest handle number (the table index, the owner
 	// in blocks): a small block's 8-byte header keeps its owner in 16 bits.
 	// A runtime allocator's handle is its number plus its generation
 	// shifted above those bits (see NewFromTraits).
-	maxHandle Handle = 1<<16 - 1
+	maxHandle handle = 1<<16 - 1
 	genShift         = 16
 )
 
@@ -65,7 +51,7 @@ var _ Interface = (*Allocator)(nil)
 // safe for concurrent use.
 type Allocator struct {
 	// head must stay first: handles.Live returns a pointer to it, which is
-	// the allocator's (kmp converts it). Its Handle is the number (id) and,
+	// the allocator's (internal/ompglue converts it). Its handle is the number (id) and,
 	// above it, the number's generation; Destroyed is set by Destroy.
 	head   handles.Head
 	id     uint32 // the handle table index; the owner recorded in blocks
@@ -94,8 +80,8 @@ type Allocator struct {
 	pinFb pinFallback // what to say when a failed pin first falls back
 }
 
-// Handle returns the allocator's omp.h handle.
-func (a *Allocator) Handle() Handle { return Handle(a.head.Handle) }
+// handle returns the allocator's omp.h handle.
+func (a *Allocator) handle() handle { return handle(a.head.Handle) }
 
 // The head is at offset 0 (a build error otherwise), and handle numbers
 // are the handles package's.
@@ -128,16 +114,16 @@ func (a *Allocator) String() string { return a.name }
 // warning, instead of allocating from whichever allocator got its number.
 var (
 	tableMu    sync.Mutex // held to change the table
-	freeIDs    []Handle   // numbers (generation 0) waiting for reuse, oldest first
+	freeIDs    []handle   // numbers (generation 0) waiting for reuse, oldest first
 	gens       []uint32   // each number's next generation
 	nextID     = firstRuntimeHandle
 	reuseDelay = 256 // freed numbers kept waiting before the oldest is reused
 	initOnce   sync.Once
 )
 
-// Lookup returns the live allocator with handle h. The null handle resolves
+// lookup returns the live allocator with handle h. The null handle resolves
 // to the default allocator.
-func Lookup(h Handle) (*Allocator, bool) {
+func lookup(h handle) (*Allocator, bool) {
 	// The common case, which kmp's omp_alloc inlines: a live allocator's
 	// own handle (a stale one has an older generation). The null handle,
 	// and any handle before the first allocator is made, go the slow way.
@@ -147,9 +133,9 @@ func Lookup(h Handle) (*Allocator, bool) {
 	return lookupSlow(h)
 }
 
-func lookupSlow(h Handle) (*Allocator, bool) {
+func lookupSlow(h handle) (*Allocator, bool) {
 	initOnce.Do(initPredefined)
-	if h == nullHandle {
+	if h == predef.Null {
 		return Default(), true
 	}
 	t := handles.Table()
@@ -157,7 +143,7 @@ func lookupSlow(h Handle) (*Allocator, bool) {
 		return nil, false
 	}
 	a := allocatorAt(unsafe.Pointer(t[h&maxHandle]))
-	if a == nil || a.Handle() != h || a.head.Destroyed.Load() {
+	if a == nil || a.handle() != h || a.head.Destroyed.Load() {
 		return nil, false
 	}
 	return a, true
@@ -210,27 +196,27 @@ func initPredefined() {
 	for _, h := range predef.Handles() {
 		ms, _ := predef.Memspace(h)
 		set, _ := traits.FromList(nil) // no traits: the defaults, never an error
-		switch Handle(h) {
-		case cgroupMem:
+		switch handle(h) {
+		case predef.CgroupMem:
 			set.Access = traits.Cgroup
-		case pteamMem:
+		case predef.PteamMem:
 			set.Access = traits.Pteam
-		case threadMem:
+		case predef.ThreadMem:
 			set.Access = traits.Thread
 		}
 		// Predefined allocators return nil when memory runs out, except
 		// that the specialised ones retry on default memory.
-		if Handle(h) == defaultMem || ms.IsTarget() {
+		if handle(h) == predef.DefaultMem || ms.IsTarget() {
 			set.Fallback = traits.NullFb
 		}
-		a, err := build(Handle(h), ms, set)
+		a, err := build(handle(h), ms, set)
 		if err != nil {
 			panic(fmt.Sprintf("ompalloc: predefined allocator %d: %v", h, err)) // a bug, not input
 		}
 		a.name = predef.Name(h)
 		install(a)
 	}
-	def := owner(uint32(defaultMem))
+	def := owner(uint32(predef.DefaultMem))
 	allocators(func(a *Allocator) {
 		if a != def && a.traits.Fallback == traits.DefaultMemFb {
 			a.fb = def
@@ -239,7 +225,7 @@ func initPredefined() {
 }
 
 // build makes an allocator with validated traits; it is not yet in the table.
-func build(h Handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
+func build(h handle, ms memspace.ID, set traits.Set) (*Allocator, error) {
 	a := &Allocator{head: handles.Head{Handle: uintptr(h)}, id: uint32(h & maxHandle), ms: ms, traits: set, align: max(set.Alignment, 16)}
 	a.shards.init()
 	a.shards.t.SetOwner(unsafe.Pointer(a)) // heap.Free names the block's allocator through its tally
@@ -369,7 +355,7 @@ func New(ms memspace.ID, opts ...Option) (*Allocator, error) {
 		ts = append(ts, traits.Trait{Key: traits.Fallback, Value: traits.NullFb})
 	}
 	if c.fbAlloc != nil {
-		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.Handle())})
+		ts = append(ts, traits.Trait{Key: traits.FbData, Value: uintptr(c.fbAlloc.handle())})
 	}
 	return NewFromTraits(ms, ts)
 }
@@ -388,10 +374,10 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	var fb *Allocator
 	switch set.Fallback {
 	case traits.DefaultMemFb:
-		fb, _ = Lookup(defaultMem)
+		fb, _ = lookup(predef.DefaultMem)
 	case traits.AllocatorFb:
 		var ok bool
-		if fb, ok = Lookup(Handle(set.FbData)); !ok || set.FbData == 0 {
+		if fb, ok = lookup(handle(set.FbData)); !ok || set.FbData == 0 {
 			return nil, &traits.TraitError{Key: traits.FbData, Value: set.FbData, HasValue: true, Reason: "not a live allocator"}
 		}
 	}
@@ -409,7 +395,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	if int(id) < len(gens) {
 		gen = gens[id]
 	}
-	h := Handle(gen)<<genShift | id
+	h := handle(gen)<<genShift | id
 	// No check for cycles is needed: a fallback is bound, at creation, to
 	// an allocator that already exists, so chains only point backwards in
 	// time; a destroyed link ends the chain, and a reused handle is a new
@@ -417,7 +403,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 	a, err := build(h, ms, set)
 	if err != nil {
 		if reused { // never handed out: first in line again
-			freeIDs = append([]Handle{id}, freeIDs...)
+			freeIDs = append([]handle{id}, freeIDs...)
 		} else {
 			nextID--
 		}
@@ -440,7 +426,7 @@ func NewFromTraits(ms memspace.ID, ts []traits.Trait) (*Allocator, error) {
 // by default a line on stderr), so that it is not lost under
 // defer a.Destroy().
 func (a *Allocator) Destroy() error {
-	if a.Handle() < firstRuntimeHandle {
+	if a.handle() < firstRuntimeHandle {
 		return fmt.Errorf("%v: %w: a predefined allocator cannot be destroyed", a, ErrInvalidArgument)
 	}
 	if !a.head.Destroyed.CompareAndSwap(false, true) {
@@ -510,7 +496,7 @@ func (a *Allocator) release() {
 			gens = append(gens, make([]uint32, len(gens)+64)...)
 		}
 		gens[a.id]++ // the next allocator with this number has a new handle
-		freeIDs = append(freeIDs, Handle(a.id))
+		freeIDs = append(freeIDs, handle(a.id))
 	}
 }
 
@@ -531,7 +517,7 @@ func Default() *Allocator {
 func SetDefault(a *Allocator) {
 	envOnce.Do(applyEnv)
 	if a == nil {
-		a, _ = Lookup(defaultMem)
+		a, _ = lookup(predef.DefaultMem)
 	}
 	defaultAlloc.Store(a)
 }

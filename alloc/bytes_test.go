@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -225,7 +226,7 @@ func TestBytesFreeThroughFallback(t *testing.T) {
 	b := mem.Allocate(2 << 20)
 	info, err := InspectSlice(b)
 	require.NoError(t, err)
-	require.Equal(t, defaultMem, info.Allocator.Handle())
+	require.Equal(t, handle(predef.DefaultMem), info.Allocator.handle())
 	require.Equal(t, uint64(1), a.Stats().Fallbacks)
 	b = mem.Reallocate(3<<20, b)
 	mem.Free(b)

@@ -46,7 +46,7 @@
 //
 // # How it works
 //
-// Every allocator, predefined or made here, has a Handle: the
+// Every allocator, predefined or made here, has a handle: the
 // omp_allocator_handle_t that package kmp hands to C-style code. Both APIs
 // share one engine (internal/heap): blocks from every unpinned host
 // allocator live in one heap, pinned blocks in one locked heap per device,

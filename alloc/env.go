@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/traitenv"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
@@ -15,7 +16,7 @@ var envOnce sync.Once
 // allocator. Invalid values give one warning and leave
 // omp_default_mem_alloc as the default.
 func applyEnv() {
-	def, _ := Lookup(defaultMem)
+	def, _ := lookup(predef.DefaultMem)
 	defaultAlloc.Store(def)
 	v, ok := envvar.Lookup(envvar.Allocator) // blank: unset, as every variable
 	if !ok {
@@ -35,7 +36,7 @@ func fromEnv(v string) (*Allocator, error) {
 		return nil, err
 	}
 	if spec.Allocator != 0 {
-		a, ok := Lookup(Handle(spec.Allocator))
+		a, ok := lookup(handle(spec.Allocator))
 		if !ok {
 			return nil, fmt.Errorf("%s=%q: allocator %d is not available", envvar.Allocator, v, spec.Allocator)
 		}

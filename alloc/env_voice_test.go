@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
+	"github.com/ompalloc/ompalloc/internal/predef"
 )
 
 // Issue 10, item 5: OMPALLOC_PINNED_LIMIT=banana says what a size is, in
@@ -42,7 +43,7 @@ func TestBlankEnvCountsAsUnset(t *testing.T) {
 			require.Equal(t, defaultPinnedLimit(), l.max.Load())
 			require.Equal(t, HugePagesTHP, hugeModeFromEnv())
 			applyEnv()
-			require.Equal(t, defaultMem, defaultAlloc.Load().Handle())
+			require.Equal(t, handle(predef.DefaultMem), defaultAlloc.Load().handle())
 			require.Empty(t, warn.String())
 		})
 	}
@@ -66,7 +67,7 @@ func TestEnvAllocatorWarningIsOneLine(t *testing.T) {
 			t.Setenv(envvar.Allocator, value)
 			warn := captureWarnings(t)
 			applyEnv()
-			require.Equal(t, defaultMem, defaultAlloc.Load().Handle())
+			require.Equal(t, handle(predef.DefaultMem), defaultAlloc.Load().handle())
 			w := warn.String()
 			require.Equal(t, 1, strings.Count(w, "\n"), "one line: %q", w)
 			require.True(t, strings.HasSuffix(w, "\n"))

@@ -42,7 +42,7 @@ func TestErrorStringsShape(t *testing.T) {
 			return Free(p), "Free(0x"
 		}, []error{ErrDoubleFree}, []error{ErrInvalidPointer}, "block already freed"},
 		{"Realloc of a pointer from the Go heap", func(t *testing.T) (error, string) {
-			_, err := Realloc(unsafe.Pointer(&goMem[8]), 100, nil)
+			_, err := realloc(unsafe.Pointer(&goMem[8]), 100, nil)
 			return err, "Realloc(0x"
 		}, []error{ErrInvalidPointer}, nil, "invalid pointer"},
 		{"pool_size exceeded under null_fb", func(t *testing.T) (error, string) {
@@ -152,7 +152,7 @@ func TestErrorStringsShape(t *testing.T) {
 			p, err := a.Alloc(64)
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, Free(p)) })
-			_, err = Realloc(p, 128, nil)
+			_, err = realloc(p, 128, nil)
 			return err, "target memory at 0x"
 		}, []error{ErrNotSupported}, nil, "not supported"},
 		{"a partitioner destroyed twice", func(t *testing.T) (error, string) {

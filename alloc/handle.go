@@ -6,9 +6,9 @@ import "github.com/ompalloc/ompalloc/internal/predef"
 // allocator's name ("omp_default_mem_alloc",
 // "allocator#1025(omp_default_mem_space, pinned)"), or, for a handle that
 // names no live allocator, "allocator#1025" (and "omp_null_allocator" for 0).
-func (h Handle) String() string {
-	if h != nullHandle {
-		if a, ok := Lookup(h); ok {
+func (h handle) String() string {
+	if h != predef.Null {
+		if a, ok := lookup(h); ok {
 			return a.String()
 		}
 	}

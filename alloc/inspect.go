@@ -39,20 +39,6 @@ func Inspect(p unsafe.Pointer) (BlockInfo, error) {
 	return BlockInfo{Allocator: owner(b.Owner), Size: b.Size, Room: room}, nil
 }
 
-// Containing finds the live heap block that holds address p, at its start
-// or anywhere inside its requested size: its start and size. ok is false
-// for an address no allocator's heap handed out (target memory spaces
-// included), free memory, or padding past a block's size. The answer is a
-// snapshot: a racing Free makes it stale, never a fault. It is what
-// kmp's bounds checks of omp_target_memcpy use.
-func Containing(p unsafe.Pointer) (start unsafe.Pointer, size uintptr, ok bool) {
-	s, n, ok := heap.Containing(uintptr(p))
-	if !ok {
-		return nil, 0, false
-	}
-	return cmem.Ptr(s), n, true
-}
-
 // InspectSlice describes the block behind a slice from Make (or Resize):
 // Inspect of its first element. The slice must start where the block
 // does; an empty slice has no block (ErrInvalidArgument).

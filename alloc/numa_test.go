@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -156,7 +157,7 @@ func TestPlacedHeapsAreShared(t *testing.T) {
 	require.Same(t, b1.heap, b2.heap)
 	require.NotSame(t, b1.heap, il.heap)
 	require.Same(t, hostHeap(), env.heap)
-	d, _ := Lookup(defaultMem)
+	d, _ := lookup(predef.DefaultMem)
 	require.Same(t, hostHeap(), d.heap)
 	require.True(t, b1.plain, "a placed heap keeps the fast path")
 }

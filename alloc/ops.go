@@ -37,12 +37,12 @@ func noSlow(*handles.Head, uintptr, uintptr) uintptr { return 0 }
 // path (handles.Alloc) did not serve, without trying it again.
 func allocByHandle(e *handles.Head, h, size uintptr) (p uintptr, live bool, err error) {
 	var a *Allocator
-	if e != nil { // h's own entry: Lookup's answer, without looking again
+	if e != nil { // h's own entry: lookup's answer, without looking again
 		if e.Destroyed.Load() {
 			return 0, false, nil
 		}
 		a = allocatorAt(unsafe.Pointer(e))
-	} else if a, live = Lookup(Handle(h)); !live {
+	} else if a, live = lookup(handle(h)); !live {
 		return 0, false, nil
 	}
 	q, err := a.alloc(size, 0, false)
@@ -86,7 +86,7 @@ func (a *Allocator) AlignedCalloc(alignment, nmemb, size uintptr) (unsafe.Pointe
 // Realloc resizes the block at p into this allocator, as
 // omp_realloc(p, size, a, omp_null_allocator) does.
 func (a *Allocator) Realloc(p unsafe.Pointer, size uintptr) (unsafe.Pointer, error) {
-	return Realloc(p, size, a)
+	return realloc(p, size, a)
 }
 
 // Free releases p, whichever allocator it came from.
@@ -103,7 +103,7 @@ func checkAlign(al uintptr) error {
 // small, so that the hot path carries no frame of the general one.
 func (a *Allocator) alloc(size, align uintptr, zero bool) (unsafe.Pointer, error) {
 	if a.plain && size != 0 && !leakCheck.Load() {
-		if a.Handle() < firstRuntimeHandle {
+		if a.handle() < firstRuntimeHandle {
 			// Predefined allocators are never destroyed: no flag to check,
 			// nothing in flight to count.
 			// The heap profile (memprof) is counted down in the heap's
@@ -178,7 +178,7 @@ func (a *Allocator) allocGeneral(size, align uintptr, zero bool) (unsafe.Pointer
 	// Destroy waits for runtime allocators' allocations in flight (see
 	// heap.Tally.Enter); predefined allocators are never destroyed and skip
 	// the count. Enter also checks the destroyed flag.
-	counted := a.Handle() >= firstRuntimeHandle
+	counted := a.handle() >= firstRuntimeHandle
 	if counted {
 		if !a.shards.t.Enter(&a.head.Destroyed) {
 			return a.failed(nil, fmt.Errorf("%v: %w", a, ErrDestroyed))
@@ -289,7 +289,7 @@ func (a *Allocator) fallback(size, align uintptr, zero bool, cause error, depth 
 		if fb == nil || depth > 64 {
 			return nil, cause
 		}
-		if fb.Handle() >= firstRuntimeHandle {
+		if fb.handle() >= firstRuntimeHandle {
 			// Destroy waits for this (Enter also checks the flag).
 			if !fb.shards.t.Enter(&fb.head.Destroyed) {
 				return nil, cause
@@ -403,11 +403,12 @@ func freeChecks(p unsafe.Pointer, mayDefer bool) (done bool, err error) {
 // a destroyed owner.
 var freedHook func()
 
-// Realloc moves the block at p into a block of size bytes from a (the
-// block's own allocator when a is nil), copying min(old, new) bytes, and
+// realloc moves the block at p into a block of size bytes from a (the
+// block's own allocator when a is nil: kmp's omp_realloc, through
+// internal/ompglue, does the same), copying min(old, new) bytes, and
 // frees p. p nil allocates; size 0 frees and returns nil. On failure p is
 // untouched and still valid.
-func Realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, error) {
+func realloc(p unsafe.Pointer, size uintptr, a *Allocator) (unsafe.Pointer, error) {
 	if p == nil {
 		if a == nil {
 			a = Default()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/envvar"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 
 	"github.com/ompalloc/ompalloc/memspace"
@@ -176,7 +177,7 @@ func TestPinnedChild(t *testing.T) {
 	require.Equal(t, make([]byte, n), unsafe.Slice((*byte)(q), n))
 	o, err := ownerOf(q)
 	require.NoError(t, err)
-	require.Equal(t, defaultMem, o.Handle())
+	require.Equal(t, handle(predef.DefaultMem), o.handle())
 	require.False(t, isPinned(t, q))
 	require.Equal(t, uint64(1), defFb.Stats().Fallbacks)
 	require.Zero(t, vmLckKiB(t), "nothing stayed locked")

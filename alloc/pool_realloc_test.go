@@ -53,8 +53,8 @@ func TestPoolChargeFollowsFootprintThroughRealloc(t *testing.T) {
 			default:
 				size = 1 + uintptr(rng.IntN(5<<20))
 			}
-			np, err := Realloc(p, size, a)
-			require.NoError(t, err, "seed %d step %d: Realloc(%p, %d, %v)", seed, step, p, size, a)
+			np, err := realloc(p, size, a)
+			require.NoError(t, err, "seed %d step %d: realloc(%p, %d, %v)", seed, step, p, size, a)
 			p = np
 			check(step, "after Realloc")
 		}

@@ -124,7 +124,7 @@ func TestBlockSizeOfTargetBlocks(t *testing.T) {
 func TestPoolChargesInPlaceGrowth(t *testing.T) {
 	grow := map[string]func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error){
 		"Realloc": func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error) {
-			return Realloc(p, n, nil)
+			return realloc(p, n, nil)
 		},
 		"Resize": func(a *Allocator, p unsafe.Pointer, n uintptr) (unsafe.Pointer, error) {
 			s, err := Resize(a, unsafe.Slice((*byte)(p), 1), int(n))

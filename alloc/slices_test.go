@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 	"github.com/ompalloc/ompalloc/traits"
@@ -56,7 +57,7 @@ func TestFreeSliceAcceptsTheFallbacksBlocks(t *testing.T) {
 	require.NoError(t, err)
 	info, err := InspectSlice(xs)
 	require.NoError(t, err)
-	require.Equal(t, defaultMem, info.Allocator.Handle())
+	require.Equal(t, handle(predef.DefaultMem), info.Allocator.handle())
 	other := mustNew(t, memspace.Default, WithFallback(traits.NullFb))
 	require.ErrorIs(t, FreeSlice(other, xs), ErrInvalidArgument, "not on other's chain")
 	require.NoError(t, FreeSlice(a, xs))

@@ -223,22 +223,3 @@ func TestLiveBlocksListsEachAllocatorOnce(t *testing.T) {
 	require.True(t, strings.HasPrefix(mine[0].Stacks[0], fmt.Sprintf("%#x, 20 bytes\n", uintptr(q))), mine[0].Stacks[0])
 	require.Contains(t, mine[0].Stacks[0], "TestLiveBlocksListsEachAllocatorOnce")
 }
-
-// Containing finds a block from any address inside it, and nothing past
-// its size or once it is freed.
-func TestContaining(t *testing.T) {
-	a := mustNew(t, memspace.Default)
-	p, err := a.Alloc(100)
-	require.NoError(t, err)
-	for _, off := range []uintptr{0, 1, 99} {
-		s, n, ok := Containing(unsafe.Add(p, off))
-		require.True(t, ok, "offset %d", off)
-		require.Equal(t, p, s)
-		require.Equal(t, uintptr(100), n)
-	}
-	_, _, ok := Containing(unsafe.Add(p, 100))
-	require.False(t, ok, "past the requested size")
-	require.NoError(t, Free(p))
-	_, _, ok = Containing(p)
-	require.False(t, ok, "freed")
-}

@@ -7,6 +7,7 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/handles"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -25,7 +26,7 @@ func InitAllocator(ms MemspaceHandle, ts []AllocTrait) AllocatorHandle {
 	}
 	// A failed pin that sends blocks to the fallback is warned about once
 	// per allocator by alloc itself.
-	return AllocatorHandle(a.Handle())
+	return AllocatorHandle(ompglue.Handle(a))
 }
 
 // DestroyAllocator is omp_destroy_allocator. Live blocks are reported and
@@ -34,9 +35,9 @@ func DestroyAllocator(a AllocatorHandle) {
 	if a == NullAllocator {
 		return
 	}
-	al, ok := alloc.Lookup(alloc.Handle(a))
+	al, ok := ompglue.Lookup(uintptr(a))
 	if !ok {
-		warnf("omp_destroy_allocator: %v is not a live allocator", alloc.Handle(a))
+		warnf("omp_destroy_allocator: %s is not a live allocator", ompglue.Name(uintptr(a)))
 		return
 	}
 	// Live blocks: Destroy has already warned through the hook.
@@ -52,21 +53,21 @@ func SetDefaultAllocator(a AllocatorHandle) {
 		alloc.SetDefault(nil)
 		return
 	}
-	al, ok := alloc.Lookup(alloc.Handle(a))
+	al, ok := ompglue.Lookup(uintptr(a))
 	if !ok {
-		warnf("omp_set_default_allocator: %v is not a live allocator; default unchanged", alloc.Handle(a))
+		warnf("omp_set_default_allocator: %s is not a live allocator; default unchanged", ompglue.Name(uintptr(a)))
 		return
 	}
 	alloc.SetDefault(al)
 }
 
 // GetDefaultAllocator is omp_get_default_allocator.
-func GetDefaultAllocator() AllocatorHandle { return AllocatorHandle(alloc.Default().Handle()) }
+func GetDefaultAllocator() AllocatorHandle { return AllocatorHandle(ompglue.Handle(alloc.Default())) }
 
 func resolve(fn string, a AllocatorHandle) *alloc.Allocator {
-	al, ok := alloc.Lookup(alloc.Handle(a))
+	al, ok := ompglue.Lookup(uintptr(a))
 	if !ok {
-		warnf("%s: %v is not a live allocator", fn, alloc.Handle(a))
+		warnf("%s: %s is not a live allocator", fn, ompglue.Name(uintptr(a)))
 		return nil
 	}
 	return al
@@ -104,7 +105,7 @@ func Alloc(size uintptr, a AllocatorHandle) unsafe.Pointer {
 func allocSlow(e *handles.Head, h, size uintptr) uintptr {
 	p, live, err := handles.General(e, h, size)
 	if !live {
-		warnf("omp_alloc: %v is not a live allocator", alloc.Handle(h))
+		warnf("omp_alloc: %s is not a live allocator", ompglue.Name(uintptr(h)))
 		return 0
 	}
 	report("omp_alloc", err)
@@ -148,13 +149,16 @@ func AlignedCalloc(alignment, nmemb, size uintptr, a AllocatorHandle) unsafe.Poi
 // allocates; on failure ptr is left intact. A NullAllocator a means the
 // block's own allocator. freeA is ignored: each block knows its allocator.
 func Realloc(ptr unsafe.Pointer, size uintptr, a, freeA AllocatorHandle) unsafe.Pointer {
-	var al *alloc.Allocator
-	if a != NullAllocator {
-		if al = resolve("omp_realloc", a); al == nil {
-			return nil
-		}
+	if a == NullAllocator {
+		p, err := ompglue.Realloc(ptr, size) // into the block's own allocator
+		report("omp_realloc", err)
+		return p
 	}
-	p, err := alloc.Realloc(ptr, size, al)
+	al := resolve("omp_realloc", a)
+	if al == nil {
+		return nil
+	}
+	p, err := al.Realloc(ptr, size)
 	report("omp_realloc", err)
 	return p
 }

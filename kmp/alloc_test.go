@@ -10,8 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
+	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
@@ -282,7 +283,38 @@ func TestStaleHandleRefusedWithWarning(t *testing.T) {
 	require.Nil(t, p, "a stale handle allocates nothing")
 	require.Equal(t, 1, strings.Count(w, "\n"), "one warning: %q", w)
 	require.Contains(t, w, "not a live allocator")
-	a, ok := alloc.Lookup(alloc.Handle(fresh))
+	a, ok := ompglue.Lookup(uintptr(fresh))
 	require.True(t, ok)
 	require.Zero(t, a.Stats().Allocs, "the allocator made after it served nothing")
+}
+
+// An allocator made here is an alloc.Allocator too: its statistics count
+// what kmp allocated and freed through its handle.
+func TestInitAllocatorStats(t *testing.T) {
+	h := InitAllocator(DefaultMemSpace, []AllocTrait{{Key: AtkPoolSize, Value: 1 << 20}})
+	defer DestroyAllocator(h)
+	p := Alloc(1000, h)
+	q := Alloc(3000, h)
+	a, ok := ompglue.Lookup(uintptr(h))
+	require.True(t, ok)
+	st := a.Stats()
+	require.Equal(t, []any{int64(2), int64(4000), uintptr(1 << 20)}, []any{st.BlocksLive, st.BytesLive, st.PoolSize})
+	Free(p, h)
+	Free(q, h)
+	require.Zero(t, a.Stats().BlocksLive)
+}
+
+// kmp spells omp.h's allocator numbers out (go doc shows them); they are
+// internal/predef's, the table alloc makes its allocators from.
+func TestPredefinedHandlesAreThePredefTable(t *testing.T) {
+	for h, want := range map[AllocatorHandle]uintptr{
+		NullAllocator: predef.Null, DefaultMemAlloc: predef.DefaultMem, LargeCapMemAlloc: predef.LargeCapMem,
+		ConstMemAlloc: predef.ConstMem, HighBwMemAlloc: predef.HighBwMem, LowLatMemAlloc: predef.LowLatMem,
+		CgroupMemAlloc: predef.CgroupMem, PteamMemAlloc: predef.PteamMem, ThreadMemAlloc: predef.ThreadMem,
+		TargetHostMemAlloc: predef.TargetHostMem, TargetSharedMemAlloc: predef.TargetSharedMem,
+		TargetDeviceMemAlloc: predef.TargetDeviceMem,
+	} {
+		require.Equal(t, want, uintptr(h))
+	}
+	require.Len(t, predef.Handles(), 11, "every predefined allocator has its kmp constant")
 }

@@ -34,7 +34,7 @@
 //
 // For the idiomatic Go API with errors, typed slices (alloc.Make), an Arrow
 // allocator (alloc.NewArrowAllocator) and statistics, use package alloc; both share one
-// engine, and a handle from InitAllocator works with alloc.Lookup.
+// engine, so a block from either is freed by either.
 //
 // # OpenMP 6.0
 //

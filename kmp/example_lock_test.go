@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -31,21 +30,4 @@ func ExampleTargetUnlockMem() {
 	// true 1
 	// true
 	// false 0
-}
-
-// An allocator made here is an alloc.Allocator too: its statistics.
-func ExampleInitAllocator_stats() {
-	h := InitAllocator(DefaultMemSpace, []AllocTrait{{Key: AtkPoolSize, Value: 1 << 20}})
-	defer DestroyAllocator(h)
-	p := Alloc(1000, h)
-	q := Alloc(3000, h)
-	a, _ := alloc.Lookup(alloc.Handle(h))
-	st := a.Stats()
-	fmt.Println(st.BlocksLive, st.BytesLive, st.PoolSize)
-	Free(p, h)
-	Free(q, h)
-	fmt.Println(a.Stats().BlocksLive)
-	// Output:
-	// 2 4000 1048576
-	// 0
 }

@@ -11,11 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// kmp is a user of alloc like any other: it reaches no further down
-// (internal/heap), so what it does a Go program can do too. (It calls the
-// hot paths through internal/handles, alloc's own table, only so that
-// omp_alloc and omp_free inline into their callers: each is one call of
-// the engine there.)
+// kmp is a user of alloc: it reaches no further down (internal/heap). It
+// calls the hot paths through internal/handles, alloc's own table, only so
+// that omp_alloc and omp_free inline into their callers (each is one call
+// of the engine there), and reaches what only omp.h needs (allocators by
+// handle, omp_realloc into the block's own allocator, the block around an
+// interior address) through internal/ompglue, so that alloc's API carries
+// none of it.
 func TestKmpGoesThroughAlloc(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ompalloc/ompalloc/alloc"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 )
@@ -86,7 +87,7 @@ func allocatorFor(fn string, ms MemspaceHandle) AllocatorHandle {
 	msAllocMu.Lock()
 	defer msAllocMu.Unlock()
 	if h, ok := msAlloc[ms]; ok {
-		if _, live := alloc.Lookup(alloc.Handle(h)); live {
+		if _, live := ompglue.Lookup(uintptr(h)); live {
 			return h
 		}
 	}
@@ -95,7 +96,7 @@ func allocatorFor(fn string, ms MemspaceHandle) AllocatorHandle {
 		warnf("%s: %v", fn, err)
 		return NullAllocator
 	}
-	h := AllocatorHandle(a.Handle())
+	h := AllocatorHandle(ompglue.Handle(a))
 	msAlloc[ms] = h
 	return h
 }

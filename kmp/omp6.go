@@ -10,6 +10,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
 )
@@ -215,7 +216,7 @@ func memset(p uintptr, c byte, n uintptr, dev int, q *target.Queue) error {
 		// is an error, not the end of the process.
 		return cmem.FillChecked(p, n, c)
 	}
-	def, _ := alloc.Lookup(alloc.Handle(DefaultMemAlloc))
+	def, _ := ompglue.Lookup(uintptr(DefaultMemAlloc))
 	bn := min(n, memsetChunk)
 	buf, err := def.Alloc(bn)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/target"
 )
 
@@ -284,7 +285,7 @@ func knownRange(base uintptr, dev int) (start, size uintptr, what string, ok boo
 		n := info.Size
 		return base, n, "the allocator block", true
 	}
-	if start, n, ok := alloc.Containing(cmem.Ptr(base)); ok {
+	if start, n, ok := ompglue.Containing(cmem.Ptr(base)); ok {
 		return uintptr(start), n, "the allocator block", true // base is inside it
 	}
 	d, err := target.Get(dev)

@@ -25,6 +25,7 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/fault"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/internal/warn"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/logging"
@@ -102,7 +103,7 @@ func TestHookReceivesEveryKind(t *testing.T) {
 	use(t, slog.New(rec))
 
 	// env: OMP_ALLOCATOR (alloc) and OMP_DEFAULT_DEVICE (target).
-	require.Equal(t, alloc.Handle(kmp.DefaultMemAlloc), alloc.Default().Handle())
+	require.Equal(t, uintptr(kmp.DefaultMemAlloc), ompglue.Handle(alloc.Default()))
 	_ = target.InitialDevice()
 
 	// bad_input: kmp's C-style answer to an unknown handle.

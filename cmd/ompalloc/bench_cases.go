@@ -12,6 +12,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/target"
@@ -41,7 +42,7 @@ func allocSection(c *benchConfig) *benchSection {
 	s := &benchSection{}
 	allocs := map[string]*alloc.Allocator{}
 	s.setup = func() error {
-		def, ok := alloc.Lookup(alloc.Handle(kmp.DefaultMemAlloc))
+		def, ok := ompglue.Lookup(uintptr(kmp.DefaultMemAlloc))
 		if !ok {
 			return errors.New("omp_default_mem_alloc is not available")
 		}

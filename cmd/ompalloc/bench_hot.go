@@ -20,6 +20,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/internal/procstatus"
 	"github.com/ompalloc/ompalloc/kmp"
 )
@@ -47,7 +48,7 @@ func goroutinesSection(c *benchConfig) *benchSection {
 	for _, g := range gs {
 		s.cases = append(s.cases, &benchCase{group: "alloc_goroutines", series: "default-64", size: 64, goroutines: g,
 			run: func(budget time.Duration) (float64, int, error) {
-				a, ok := alloc.Lookup(alloc.Handle(kmp.DefaultMemAlloc))
+				a, ok := ompglue.Lookup(uintptr(kmp.DefaultMemAlloc))
 				if !ok {
 					return 0, 0, errors.New("omp_default_mem_alloc is not available")
 				}
@@ -203,7 +204,7 @@ func bytesPerBlock(series string, size, budget uintptr) (float64, error) {
 	var release func(uintptr) error
 	switch series {
 	case "ompalloc":
-		a, ok := alloc.Lookup(alloc.Handle(kmp.DefaultMemAlloc))
+		a, ok := ompglue.Lookup(uintptr(kmp.DefaultMemAlloc))
 		if !ok {
 			return 0, errors.New("omp_default_mem_alloc is not available")
 		}

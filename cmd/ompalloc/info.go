@@ -16,6 +16,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/envsize"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/numa"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/internal/pinlimit"
 	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/internal/traitenv"
@@ -280,7 +281,7 @@ func gatherInfo() *InfoReport {
 	r.section("allocators", func() {
 		def := alloc.Default()
 		for _, h := range predef.Handles() {
-			a, ok := alloc.Lookup(alloc.Handle(h))
+			a, ok := ompglue.Lookup(uintptr(h))
 			if !ok {
 				r.Errors = append(r.Errors, fmt.Sprintf("allocators: %s is not available", predef.Name(h)))
 				continue
@@ -390,10 +391,10 @@ func envAllocator() EnvAllocator {
 	v, set := envvar.Lookup(envvar.Allocator) // blank counts as unset, as in the runtime
 	def := alloc.Default()
 	e := EnvAllocator{
-		Set: set, Value: v, Resolved: def.String(), Handle: uint64(def.Handle()),
+		Set: set, Value: v, Resolved: def.String(), Handle: uint64(ompglue.Handle(def)),
 		Memspace: def.Memspace().String(), Traits: def.Traits().String(),
 	}
-	if !set || v == "" || def.Handle() != alloc.Handle(kmp.DefaultMemAlloc) {
+	if !set || v == "" || ompglue.Handle(def) != uintptr(kmp.DefaultMemAlloc) {
 		return e
 	}
 	// The default is omp_default_mem_alloc although the variable is set:
@@ -403,7 +404,7 @@ func envAllocator() EnvAllocator {
 	case err != nil:
 		e.Warning = err.Error()
 	case spec.Allocator != 0:
-		if _, ok := alloc.Lookup(alloc.Handle(spec.Allocator)); !ok {
+		if _, ok := ompglue.Lookup(uintptr(spec.Allocator)); !ok {
 			e.Warning = fmt.Sprintf("%s=%q: allocator %s is not available", envvar.Allocator, v, predef.Name(spec.Allocator))
 		}
 	default:

@@ -20,7 +20,7 @@ import (
 // and to say why in the commit (issue 28 asked for at most 450). Raised by 3 for
 // target.DriverError (the type, Error, Unwrap), the one typed driver error
 // issue 28 item 5 asks for.
-const maxPublicNames = 450
+const maxPublicNames = 444
 
 // surface is what the public packages of the module export: for every
 // public package (its directory relative to the module root, not under
@@ -206,7 +206,7 @@ func TestNoPlumbingExported(t *testing.T) {
 	// The walk sees what it must: these are public (a walk that found
 	// nothing would pass the rest).
 	for _, want := range []struct{ pkg, name string }{
-		{"alloc", "Lookup"}, {"alloc", "Allocator.Handle"}, {"alloc", "ReadPinnedStats"},
+		{"alloc", "Inspect"}, {"alloc", "Allocator.Stats"}, {"alloc", "ReadPinnedStats"},
 		{"target", "Device.LockMem"}, {"target", "Device.ID"}, {"target", "MemDevice"},
 		{"loader", "ErrNotFound"},
 	} {
@@ -261,6 +261,9 @@ func TestNoPlumbingExported(t *testing.T) {
 		// One question about a block: Inspect.
 		{"alloc", "Owner"}, {"alloc", "BlockSize"}, {"target", "Registry.Dump"},
 		{"traits", "ParseEnv"}, {"traits", "EnvSpec"}, {"traits", "EnvError"}, {"traits", "ErrInvalidEnv"},
+		// omp.h's doors into alloc are internal/ompglue's, kmp's.
+		{"alloc", "Handle"}, {"alloc", "Handle.String"}, {"alloc", "Lookup"}, {"alloc", "Allocator.Handle"},
+		{"alloc", "Containing"}, {"alloc", "Realloc"},
 		// Getters beside a setter or a stats read; one report of live blocks.
 		{"alloc", "PinnedLimit"}, {"alloc", "HugePages"}, {"alloc", "LeakCheck"}, {"alloc", "PinnedPoolNodes"},
 		{"alloc", "LeakedBlocks"}, {"alloc", "LeakedBlock"}, {"alloc", "Live.String"},

@@ -1,7 +1,7 @@
 // Package handles is the table from allocator handles to allocators, out of
 // the API: alloc fills it, and kmp's omp_alloc resolves a handle through
 // Live, which inlines into its hot path (an exported alloc function would
-// have been plumbing in alloc's API; Lookup, with its slow path, is too big
+// have been plumbing in alloc's API; its lookup, with its slow path, is too big
 // to inline).
 //
 // An entry is the Head every alloc.Allocator starts with (its first field,

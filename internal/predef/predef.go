@@ -9,6 +9,25 @@ import (
 	"github.com/ompalloc/ompalloc/memspace"
 )
 
+// The predefined allocators' handles, as LLVM's omp.h numbers them: the one
+// place the module writes them down but package kmp, whose public
+// constants (kmp.DefaultMemAlloc ...) spell the numbers out for go doc and
+// are checked against these by kmp's tests.
+const (
+	Null            = 0 // omp_null_allocator
+	DefaultMem      = 1
+	LargeCapMem     = 2
+	ConstMem        = 3
+	HighBwMem       = 4
+	LowLatMem       = 5
+	CgroupMem       = 6
+	PteamMem        = 7
+	ThreadMem       = 8
+	TargetHostMem   = 100
+	TargetSharedMem = 101
+	TargetDeviceMem = 102
+)
+
 // predefinedAllocators lists the predefined allocators of LLVM's omp.h, with
 // the memory space each one draws from.
 var predefinedAllocators = []struct {
@@ -16,17 +35,17 @@ var predefinedAllocators = []struct {
 	name string
 	ms   memspace.ID
 }{
-	{1, "omp_default_mem_alloc", memspace.Default},
-	{2, "omp_large_cap_mem_alloc", memspace.LargeCap},
-	{3, "omp_const_mem_alloc", memspace.Const},
-	{4, "omp_high_bw_mem_alloc", memspace.HighBw},
-	{5, "omp_low_lat_mem_alloc", memspace.LowLat},
-	{6, "omp_cgroup_mem_alloc", memspace.Default},
-	{7, "omp_pteam_mem_alloc", memspace.Default},
-	{8, "omp_thread_mem_alloc", memspace.Default},
-	{100, "llvm_omp_target_host_mem_alloc", memspace.TargetHost},
-	{101, "llvm_omp_target_shared_mem_alloc", memspace.TargetShared},
-	{102, "llvm_omp_target_device_mem_alloc", memspace.TargetDevice},
+	{DefaultMem, "omp_default_mem_alloc", memspace.Default},
+	{LargeCapMem, "omp_large_cap_mem_alloc", memspace.LargeCap},
+	{ConstMem, "omp_const_mem_alloc", memspace.Const},
+	{HighBwMem, "omp_high_bw_mem_alloc", memspace.HighBw},
+	{LowLatMem, "omp_low_lat_mem_alloc", memspace.LowLat},
+	{CgroupMem, "omp_cgroup_mem_alloc", memspace.Default},
+	{PteamMem, "omp_pteam_mem_alloc", memspace.Default},
+	{ThreadMem, "omp_thread_mem_alloc", memspace.Default},
+	{TargetHostMem, "llvm_omp_target_host_mem_alloc", memspace.TargetHost},
+	{TargetSharedMem, "llvm_omp_target_shared_mem_alloc", memspace.TargetShared},
+	{TargetDeviceMem, "llvm_omp_target_device_mem_alloc", memspace.TargetDevice},
 }
 
 // ByName returns the omp.h handle of a predefined allocator
@@ -45,7 +64,7 @@ func ByName(name string) (uintptr, bool) {
 // "omp_null_allocator" for 0, and "allocator#N" (N in decimal) for any other handle, the name package alloc
 // gives the allocators it makes.
 func Name(h uintptr) string {
-	if h == 0 {
+	if h == Null {
 		return "omp_null_allocator"
 	}
 	for _, p := range predefinedAllocators {

@@ -14,6 +14,7 @@ import (
 	"github.com/ompalloc/ompalloc/alloc"
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -212,7 +213,7 @@ func goAPICases() []badCase {
 		add(fmt.Sprintf("Free and Realloc of an unaligned interior pointer +%d of a small block", off), func(t *testing.T, w *world) {
 			q := unsafe.Add(w.blocks[0].p, off) // 100 bytes: a slot with a header
 			isErr(alloc.ErrInvalidPointer)(t, alloc.Free(q))
-			p, err := alloc.Realloc(q, 10, nil)
+			p, err := ompglue.Realloc(q, 10)
 			require.Nil(t, p)
 			isErr(alloc.ErrInvalidPointer)(t, err)
 		})
@@ -317,17 +318,17 @@ func goAPICases() []badCase {
 
 	// Realloc.
 	add("Realloc(Go pointer)", func(t *testing.T, w *world) {
-		p, err := alloc.Realloc(goPtr(), 10, nil)
+		p, err := ompglue.Realloc(goPtr(), 10)
 		require.Nil(t, p)
 		isErr(alloc.ErrInvalidPointer)(t, err)
 	})
 	add("Realloc(freed block)", func(t *testing.T, w *world) {
-		p, err := alloc.Realloc(freshFreed(t, w.nullFb, 64), 10, nil)
+		p, err := ompglue.Realloc(freshFreed(t, w.nullFb, 64), 10)
 		require.Nil(t, p)
 		require.Error(t, err)
 	})
 	add("Realloc(interior pointer)", func(t *testing.T, w *world) {
-		p, err := alloc.Realloc(unsafe.Add(w.blocks[0].p, 16), 10, nil)
+		p, err := ompglue.Realloc(unsafe.Add(w.blocks[0].p, 16), 10)
 		require.Nil(t, p)
 		isErr(alloc.ErrInvalidPointer)(t, err)
 	})
@@ -335,7 +336,7 @@ func goAPICases() []badCase {
 		p, err := w.nullFb.Alloc(100)
 		require.NoError(t, err)
 		pattern(bytesAt(p, 100), 99)
-		q, err := alloc.Realloc(p, 1<<62, w.nullFb)
+		q, err := w.nullFb.Realloc(p, 1<<62)
 		require.Nil(t, q)
 		require.Error(t, err)
 		require.True(t, holds(bytesAt(p, 100), 99))
@@ -344,13 +345,13 @@ func goAPICases() []badCase {
 	add("Realloc into a full pool keeps the old block", func(t *testing.T, w *world) {
 		p, err := w.nullFb.Alloc(100)
 		require.NoError(t, err)
-		q, err := alloc.Realloc(p, 2<<20, w.pooled)
+		q, err := w.pooled.Realloc(p, 2<<20)
 		require.Nil(t, q)
 		isErr(alloc.ErrPoolExhausted)(t, err)
 		require.NoError(t, alloc.Free(p))
 	})
 	add("Realloc(nil, 0)", func(t *testing.T, w *world) {
-		p, err := alloc.Realloc(nil, 0, nil)
+		p, err := ompglue.Realloc(nil, 0)
 		require.Nil(t, p)
 		require.NoError(t, err)
 	})
@@ -436,8 +437,8 @@ func goAPICases() []badCase {
 		isErr(alloc.ErrDestroyed)(t, err)
 	})
 	add("Lookup of an unknown handle", func(t *testing.T, w *world) {
-		for _, h := range []alloc.Handle{9, 99, 103, 12345, math.MaxUint64} {
-			_, ok := alloc.Lookup(h)
+		for _, h := range []uintptr{9, 99, 103, 12345, math.MaxUint64} {
+			_, ok := ompglue.Lookup(h)
 			require.False(t, ok, "handle %d", h)
 		}
 	})
@@ -538,7 +539,7 @@ func kmpCases() []badCase {
 		warnsOnce(t, func() { kmp.Free(unsafe.Add(w.blocks[1].p, 64), kmp.DefaultMemAlloc) }, "omp_free")
 	})
 	add("omp_free through the wrong handle frees right", func(t *testing.T, w *world) {
-		p := kmp.Alloc(3000, kmp.AllocatorHandle(w.pooled.Handle()))
+		p := kmp.Alloc(3000, kmp.AllocatorHandle(ompglue.Handle(w.pooled)))
 		require.NotNil(t, p)
 		silent(t, func() { kmp.Free(p, kmp.LargeCapMemAlloc) })
 	})
@@ -585,7 +586,7 @@ func kmpCases() []badCase {
 		})
 	}
 	add("omp_alloc into a full pool is nil without a warning, as in libomp", func(t *testing.T, w *world) {
-		silent(t, func() { require.Nil(t, kmp.Alloc(2<<20, kmp.AllocatorHandle(w.pooled.Handle()))) })
+		silent(t, func() { require.Nil(t, kmp.Alloc(2<<20, kmp.AllocatorHandle(ompglue.Handle(w.pooled)))) })
 	})
 	add("omp_calloc overflow", func(t *testing.T, w *world) {
 		warnsOnce(t, func() { require.Nil(t, kmp.Calloc(1<<33, 1<<33, kmp.DefaultMemAlloc)) }, "overflow")

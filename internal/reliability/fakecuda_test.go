@@ -14,6 +14,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/dlcall"
 	"github.com/ompalloc/ompalloc/internal/fakedrv"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/kmp"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -136,7 +137,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 			undo := injectCUDA(t, "cuMemHostRegister")
 			if fb == traits.NullFb {
 				// kmp: nil and, as in libomp, no warning for a failed allocation.
-				silent(t, func() { require.Nil(t, kmp.Alloc(4096, kmp.AllocatorHandle(a.Handle()))) })
+				silent(t, func() { require.Nil(t, kmp.Alloc(4096, kmp.AllocatorHandle(ompglue.Handle(a)))) })
 				faults++
 			}
 			var p unsafe.Pointer
@@ -203,7 +204,7 @@ func TestCUDADriverFaultsChild(t *testing.T) {
 		undo := injectCUDA(t, "cuMemAlloc")
 		_, err := d0.Alloc(plugin.MemDevice, 1<<20)
 		require.ErrorContains(t, err, "cuMemAlloc")
-		ta, ok := alloc.Lookup(alloc.Handle(kmp.TargetDeviceMemAlloc))
+		ta, ok := ompglue.Lookup(uintptr(kmp.TargetDeviceMemAlloc))
 		require.True(t, ok)
 		p, err := ta.Alloc(1 << 20)
 		require.Nil(t, p)

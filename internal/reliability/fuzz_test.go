@@ -14,6 +14,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/heap"
+	"github.com/ompalloc/ompalloc/internal/ompglue"
 	"github.com/ompalloc/ompalloc/memspace"
 	"github.com/ompalloc/ompalloc/traits"
 )
@@ -375,7 +376,13 @@ func (m *fuzzModel) step(op byte) {
 		if to < 3 {
 			dst, di = fuzzAllocs[to], to
 		}
-		p, err := alloc.Realloc(old.p, size, dst)
+		var p unsafe.Pointer
+		var err error
+		if dst == nil {
+			p, err = ompglue.Realloc(old.p, size) // omp_realloc's omp_null_allocator
+		} else {
+			p, err = dst.Realloc(old.p, size)
+		}
 		if size == 0 {
 			require.Nil(t, p)
 			require.NoError(t, err)
@@ -448,7 +455,7 @@ func (m *fuzzModel) step(op byte) {
 			p = unsafe.Add(b.p, off)
 		}
 		require.ErrorIs(t, alloc.Free(p), alloc.ErrInvalidPointer)
-		_, err := alloc.Realloc(p, 10, nil)
+		_, err := ompglue.Realloc(p, 10)
 		require.ErrorIs(t, err, alloc.ErrInvalidPointer)
 
 	case 8: // full check

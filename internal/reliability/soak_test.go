@@ -294,7 +294,7 @@ func soak(t *testing.T, dev *target.Device, workers int, d time.Duration) *soakC
 					b := live[k]
 					sa := allocs[r.IntN(len(allocs))]
 					n := size()
-					np, err := alloc.Realloc(b.p, n, sa.a)
+					np, err := sa.a.Realloc(b.p, n)
 					counts.reallocs.Add(1)
 					if err != nil {
 						if !sa.mayFail {

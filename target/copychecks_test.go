@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"testing"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
@@ -62,4 +63,65 @@ func TestCopyChecksAreGeneric(t *testing.T) {
 	require.NoError(t, Memcpy(h2, h, 64, host, host))
 	require.True(t, hasFill(h2, 64, 3))
 	require.Zero(t, a.contractBreaks.Load()+b.contractBreaks.Load(), "a vendor's Copy was called with what the generic layer must refuse")
+}
+
+// The argument checks of a copy between two accelerators of one plugin
+// (plugin.PeerCopier.CopyPeer) are the generic layer's too: an empty, nil
+// or wrapping range and a queue of neither device never reach a vendor's
+// CopyPeer, which no longer checks them itself.
+func TestPeerCopyChecksAreGeneric(t *testing.T) {
+	a, b := newFakePeer("a", 0), newFakePeer("b", 0)
+	a.reach[b.fakeImpl], b.reach[a.fakeImpl] = true, true
+	withPlugins(t, &fakePlugin{name: "fake", impls: []plugin.Impl{a, b}})
+	d0, err := Get(0)
+	require.NoError(t, err)
+	d1, err := Get(1)
+	require.NoError(t, err)
+	hostDev, err := Get(InitialDevice())
+	require.NoError(t, err)
+	q1, err := d1.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q1.Close() })
+	qh, err := hostDev.NewQueue()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = qh.Close() })
+	src, err := d0.Alloc(MemDevice, 64)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d0.Free(MemDevice, src) })
+	dst, err := d1.Alloc(MemDevice, 64)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d1.Free(MemDevice, dst) })
+	wrap := ^uintptr(0) - 15
+
+	for _, tt := range []struct {
+		name string
+		run  func() error
+	}{
+		{"from nil", func() error { return Memcpy(dst, 0, 64, 1, 0) }},
+		{"to nil", func() error { return MemcpyAsync(0, src, 64, 1, 0, q1) }},
+		{"from a wrapping range", func() error { return Memcpy(dst, wrap, 64, 1, 0) }},
+		{"to a wrapping range", func() error { return MemcpyAsync(wrap, src, 64, 1, 0, q1) }},
+		{"on a queue of neither device", func() error { return MemcpyAsync(dst, src, 64, 1, 0, qh) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorIs(t, tt.run(), ErrInvalidArgument)
+		})
+	}
+	require.NoError(t, Memcpy(dst, src, 0, 1, 0), "an empty copy is done here")
+	peerCopies := func() int {
+		_, pa, _, _ := a.stats()
+		_, pb, _, _ := b.stats()
+		return pa + pb
+	}
+	require.Zero(t, peerCopies(), "nothing reached a vendor")
+
+	fill(src, 64, 5)
+	require.NoError(t, Memcpy(dst, src, 64, 1, 0))
+	require.True(t, hasFill(dst, 64, 5))
+	fill(src, 64, 6)
+	require.NoError(t, MemcpyAsync(dst, src, 64, 1, 0, q1), "on a queue of the destination")
+	require.NoError(t, q1.Synchronize(context.Background()))
+	require.True(t, hasFill(dst, 64, 6))
+	require.Equal(t, 2, peerCopies(), "both went device to device")
+	require.Zero(t, a.contractBreaks.Load()+b.contractBreaks.Load(), "a vendor's CopyPeer was called with what the generic layer must refuse")
 }

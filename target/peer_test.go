@@ -44,8 +44,20 @@ func (f *fakePeer) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev
 		f.asyncPeerCopy++
 	}
 	f.pmu.Unlock()
-	if dstDev != plugin.Impl(f) && srcDev != plugin.Impl(f) {
-		return errInjected // target must call the receiver with itself as one side
+	// plugin.PeerCopier.CopyPeer's contract: the generic layer checked all
+	// of this (TestPeerCopyChecksAreGeneric), and calls the receiver with
+	// itself as one side and a peer PeerAccess answered true for.
+	other := dstDev
+	if other == plugin.Impl(f) {
+		other = srcDev
+	}
+	op, isPeer := other.(*fakePeer)
+	fq, isFake := q.(*fakeQueue)
+	if n == 0 || dst == 0 || src == 0 || dst+n < dst || src+n < src ||
+		(dstDev != plugin.Impl(f) && srcDev != plugin.Impl(f)) || !isPeer || !f.reaches(op) ||
+		(q != nil && (!isFake || fq.f != f.fakeImpl)) {
+		f.contractBreaks.Add(1)
+		return errInjected
 	}
 	run := func() { cmem.Copy(dst, src, n) }
 	if q == nil {
@@ -54,6 +66,12 @@ func (f *fakePeer) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev
 	}
 	q.(*fakeQueue).enqueue(run)
 	return nil
+}
+
+func (f *fakePeer) reaches(p *fakePeer) bool {
+	f.pmu.Lock()
+	defer f.pmu.Unlock()
+	return f.reach[p.fakeImpl]
 }
 
 func (f *fakePeer) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueImpl) error {

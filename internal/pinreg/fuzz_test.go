@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // The reference model: a plain slice of entries and the obvious rules.
@@ -45,7 +47,7 @@ func (m *model) overlapping(p, end uintptr) []int {
 // lock is Lock (mapped=false) or LockMapped with on/mandatory.
 func (m *model) lock(p, n uintptr, mapped bool) (uintptr, error) {
 	if bad(p, n) {
-		return 0, ErrInvalid
+		return 0, sentinel.ErrInvalidArgument
 	}
 	end := p + n
 	if ov := m.overlapping(p, end); len(ov) > 0 {
@@ -96,7 +98,7 @@ func (m *model) lock(p, n uintptr, mapped bool) (uintptr, error) {
 
 func (m *model) unlock(p uintptr, mapped bool) error {
 	if p == 0 {
-		return ErrInvalid
+		return sentinel.ErrInvalidArgument
 	}
 	i := m.at(p)
 	if i < 0 {
@@ -125,7 +127,7 @@ func (m *model) unlock(p uintptr, mapped bool) error {
 
 func (m *model) hold(p, n uintptr) (uintptr, error) {
 	if bad(p, n) {
-		return 0, ErrInvalid
+		return 0, sentinel.ErrInvalidArgument
 	}
 	if len(m.overlapping(p, p+n)) > 0 {
 		return 0, ErrOverlap
@@ -140,14 +142,14 @@ func (m *model) hold(p, n uintptr) (uintptr, error) {
 
 func (m *model) release(p uintptr) (locks, mapped int, err error) {
 	if p == 0 {
-		return 0, 0, ErrInvalid
+		return 0, 0, sentinel.ErrInvalidArgument
 	}
 	i := m.at(p)
 	switch {
 	case i < 0:
 		return 0, 0, ErrNotLocked
 	case m.entries[i].host != p || !m.entries[i].held:
-		return 0, 0, ErrInvalid
+		return 0, 0, sentinel.ErrInvalidArgument
 	}
 	e := m.entries[i]
 	m.entries = append(m.entries[:i], m.entries[i+1:]...)
@@ -160,7 +162,7 @@ func (m *model) release(p uintptr) (locks, mapped int, err error) {
 
 func (m *model) register(p, n uintptr) error {
 	if bad(p, n) {
-		return ErrInvalid
+		return sentinel.ErrInvalidArgument
 	}
 	if len(m.overlapping(p, p+n)) > 0 {
 		return ErrOverlap
@@ -171,14 +173,14 @@ func (m *model) register(p, n uintptr) error {
 
 func (m *model) unregister(p uintptr) error {
 	if p == 0 {
-		return ErrInvalid
+		return sentinel.ErrInvalidArgument
 	}
 	i := m.at(p)
 	switch {
 	case i < 0:
 		return ErrNotLocked
 	case m.entries[i].kind != KindRegistered || m.entries[i].host != p:
-		return ErrInvalid
+		return sentinel.ErrInvalidArgument
 	case m.entries[i].refs > 0 || m.entries[i].mapped > 0:
 		return ErrBusy
 	}
@@ -186,7 +188,7 @@ func (m *model) unregister(p uintptr) error {
 	return nil
 }
 
-var sentinels = []error{ErrOverlap, ErrNotLocked, ErrBusy, ErrInvalid, errFake}
+var sentinels = []error{ErrOverlap, ErrNotLocked, ErrBusy, sentinel.ErrInvalidArgument, errFake}
 
 func class(err error) error {
 	if err == nil {
@@ -221,7 +223,7 @@ func checkAgainstModel(t *testing.T, data []byte) {
 		if sz&0x80 != 0 {
 			return uintptr(sz&0x7f+1) * 32 << 10
 		}
-		return uintptr(sz) * 64 // 0 tests ErrInvalid
+		return uintptr(sz) * 64 // 0 tests sentinel.ErrInvalidArgument
 	}
 	const maxOps = 300
 	for i := 0; i+4 <= len(data) && i/4 < maxOps; i += 4 {
@@ -266,7 +268,7 @@ func checkAgainstModel(t *testing.T, data []byte) {
 			wantLocked := false
 			switch {
 			case bad(p, n):
-				wantErr = ErrInvalid
+				wantErr = sentinel.ErrInvalidArgument
 			case mode == MapOff:
 				if j := m.at(p); j >= 0 && p+n <= m.entries[j].end {
 					want = m.entries[j].dev + (p - m.entries[j].host)

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // A held range (a pinned heap's chunk) is unreachable by Unlock and
@@ -43,8 +45,8 @@ func TestHoldIsNotReachableByUnlock(t *testing.T) {
 	_, err = r.Hold(p+n-8, 16, "another")
 	require.ErrorIs(t, err, ErrOverlap)
 	_, _, err = r.Release(p + 8)
-	require.ErrorIs(t, err, ErrInvalid, "interior pointer")
-	require.ErrorIs(t, r.Unregister(p), ErrInvalid, "not registered")
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument, "interior pointer")
+	require.ErrorIs(t, r.Unregister(p), sentinel.ErrInvalidArgument, "not registered")
 
 	locks, mapped, err := r.Release(p)
 	require.NoError(t, err)

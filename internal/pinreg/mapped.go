@@ -3,6 +3,8 @@ package pinreg
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // MapMode is LIBOMPTARGET_LOCK_MAPPED_HOST_BUFFERS: whether buffers are
@@ -44,7 +46,7 @@ func ParseMapMode(s string) (MapMode, error) {
 	case "mandatory":
 		return MapMandatory, nil
 	}
-	return MapOff, fmt.Errorf("lock mode %q: %w: want off, on or mandatory", s, ErrInvalid)
+	return MapOff, fmt.Errorf("lock mode %q: %w: want off, on or mandatory", s, sentinel.ErrInvalidArgument)
 }
 
 // LockMapped takes an implicit lock on [p, p+n) for a mapping and returns
@@ -59,7 +61,7 @@ func ParseMapMode(s string) (MapMode, error) {
 // still take the pinned path. With MapOn any failure (driver error, partial
 // overlap) gives (0, false, nil). With MapMandatory failures are errors.
 // Bad input (nil pointer, zero size, wrap-around, unknown mode) is
-// ErrInvalid in every mode: callers skip zero-length maps.
+// sentinel.ErrInvalidArgument in every mode: callers skip zero-length maps.
 func (r *Registry) LockMapped(p, n uintptr, mode MapMode) (dev uintptr, locked bool, err error) {
 	if bad(p, n) {
 		return 0, false, invalid("LockMapped", p, n)
@@ -72,7 +74,7 @@ func (r *Registry) LockMapped(p, n uintptr, mode MapMode) (dev uintptr, locked b
 		return 0, false, nil
 	case MapOn, MapMandatory:
 	default:
-		return 0, false, fmt.Errorf("pinned: LockMapped %s: %w: mode %v", span(p, p+n), ErrInvalid, mode)
+		return 0, false, fmt.Errorf("pinned: LockMapped %s: %w: mode %v", span(p, p+n), sentinel.ErrInvalidArgument, mode)
 	}
 	if e := r.find(p); e != nil && p+n <= e.end && e.acquire(mappedUnit) {
 		return e.dev + (p - e.host), true, nil
@@ -101,7 +103,7 @@ func (r *Registry) UnlockUnmapped(p uintptr, mode MapMode) error {
 		return nil
 	case MapOn, MapMandatory:
 	default:
-		return fmt.Errorf("pinned: UnlockUnmapped %#x: %w: mode %v", p, ErrInvalid, mode)
+		return fmt.Errorf("pinned: UnlockUnmapped %#x: %w: mode %v", p, sentinel.ErrInvalidArgument, mode)
 	}
 	err := r.unlock("UnlockUnmapped", p, mappedUnit)
 	if mode == MapOn {

@@ -21,13 +21,13 @@ const (
 	KindRegistered = pinned.KindRegistered
 )
 
-// The registry's errors are the shared sentinels of internal/errs, which
-// target re-exports.
+// The registry's errors are the shared sentinels of internal/sentinel,
+// which target re-exports; an invalid argument is
+// sentinel.ErrInvalidArgument, by that one name.
 var (
 	ErrOverlap     = sentinel.ErrOverlap
 	ErrNotLocked   = sentinel.ErrNotLocked
 	ErrBusy        = sentinel.ErrBusy
-	ErrInvalid     = sentinel.ErrInvalidArgument
 	ErrStillLocked = sentinel.ErrStillLocked
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/ompalloc/ompalloc/internal/inflight"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Registry records the host ranges locked for one device. It is safe for
@@ -45,10 +46,12 @@ func New(l Locker) *Registry {
 func bad(p, n uintptr) bool { return p == 0 || n == 0 || p+n < p }
 
 func invalid(op string, p, n uintptr) error {
-	return fmt.Errorf("pinned: %s %#x (%d bytes): %w: nil pointer, zero size or wrap-around", op, p, n, ErrInvalid)
+	return fmt.Errorf("pinned: %s %#x (%d bytes): %w: nil pointer, zero size or wrap-around", op, p, n, sentinel.ErrInvalidArgument)
 }
 
-func nilPointer(op string) error { return fmt.Errorf("pinned: %s: %w: nil pointer", op, ErrInvalid) }
+func nilPointer(op string) error {
+	return fmt.Errorf("pinned: %s: %w: nil pointer", op, sentinel.ErrInvalidArgument)
+}
 
 // find returns the live-or-dying entry containing p, lock-free.
 func (r *Registry) find(p uintptr) *entry {
@@ -192,7 +195,7 @@ func (r *Registry) lockSlow(op string, p, n uintptr, unit uint64) (uintptr, erro
 		xend := ext.Host + ext.Size
 		if ext.Host == 0 || ext.Size == 0 || xend < ext.Host {
 			r.st.LockFailures++
-			return 0, fmt.Errorf("pinned: %s %s: %w: the device reports external lock %#x+%d", op, span(p, end), ErrInvalid, ext.Host, ext.Size)
+			return 0, fmt.Errorf("pinned: %s %s: %w: the device reports external lock %#x+%d", op, span(p, end), sentinel.ErrInvalidArgument, ext.Host, ext.Size)
 		}
 		if p < ext.Host || end > xend {
 			r.st.Overlaps++
@@ -336,10 +339,10 @@ func (r *Registry) Release(p uintptr) (locks, mapped int, err error) {
 	case e == nil || p >= e.end:
 		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: no entry contains it", p, ErrNotLocked)
 	case e.host != p:
-		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: interior pointer of %s", p, ErrInvalid, e)
+		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: interior pointer of %s", p, sentinel.ErrInvalidArgument, e)
 	}
 	if _, held := r.owners[p]; !held || e.kind() != KindLocked {
-		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: %s was not made by Hold", p, ErrInvalid, e)
+		return 0, 0, fmt.Errorf("pinned: Release %#x: %w: %s was not made by Hold", p, sentinel.ErrInvalidArgument, e)
 	}
 	for {
 		w := e.refs.Load()
@@ -410,9 +413,9 @@ func (r *Registry) Unregister(host uintptr) error {
 	case e == nil || host >= e.end:
 		return fmt.Errorf("pinned: Unregister %#x: %w: no entry contains it", host, ErrNotLocked)
 	case e.kind() != KindRegistered:
-		return fmt.Errorf("pinned: Unregister %#x: %w: %s was not registered", host, ErrInvalid, e)
+		return fmt.Errorf("pinned: Unregister %#x: %w: %s was not registered", host, sentinel.ErrInvalidArgument, e)
 	case e.host != host:
-		return fmt.Errorf("pinned: Unregister %#x: %w: interior pointer of %s", host, ErrInvalid, e)
+		return fmt.Errorf("pinned: Unregister %#x: %w: interior pointer of %s", host, sentinel.ErrInvalidArgument, e)
 	}
 	for {
 		w := e.refs.Load()

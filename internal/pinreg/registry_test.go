@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 const base = uintptr(0x7f00_0000_0000)
@@ -118,12 +120,12 @@ func TestLockUnlockSemantics(t *testing.T) {
 			{op: "unlock", p: a + 100},
 		}, 0, 2, 2},
 		{"bad input", nil, []step{
-			{op: "lock", p: 0, n: 10, err: ErrInvalid},
-			{op: "lock", p: a, n: 0, err: ErrInvalid},
-			{op: "lock", p: ^uintptr(0) - 5, n: 10, err: ErrInvalid},
-			{op: "unlock", p: 0, err: ErrInvalid},
-			{op: "reg", p: a, n: 0, err: ErrInvalid},
-			{op: "unreg", p: 0, err: ErrInvalid},
+			{op: "lock", p: 0, n: 10, err: sentinel.ErrInvalidArgument},
+			{op: "lock", p: a, n: 0, err: sentinel.ErrInvalidArgument},
+			{op: "lock", p: ^uintptr(0) - 5, n: 10, err: sentinel.ErrInvalidArgument},
+			{op: "unlock", p: 0, err: sentinel.ErrInvalidArgument},
+			{op: "reg", p: a, n: 0, err: sentinel.ErrInvalidArgument},
+			{op: "unreg", p: 0, err: sentinel.ErrInvalidArgument},
 		}, 0, 0, 0},
 		{"failing LockHost inserts nothing", nil, []step{
 			{op: "lock", p: a, n: 4096, failDrv: true, err: errFake, msg: []string{"[0x7f0000010000, 0x7f0000011000)"}},
@@ -165,8 +167,8 @@ func TestLockUnlockSemantics(t *testing.T) {
 		{"unregister misuse", nil, []step{
 			{op: "reg", p: a, n: 8192},
 			{op: "lock", p: a + 8192, n: 10},
-			{op: "unreg", p: a + 1, err: ErrInvalid, msg: []string{"interior pointer"}},
-			{op: "unreg", p: a + 8192, err: ErrInvalid, msg: []string{"not registered"}},
+			{op: "unreg", p: a + 1, err: sentinel.ErrInvalidArgument, msg: []string{"interior pointer"}},
+			{op: "unreg", p: a + 8192, err: sentinel.ErrInvalidArgument, msg: []string{"not registered"}},
 			{op: "unreg", p: a + 9000, err: ErrNotLocked},
 			{op: "reg", p: a + 8000, n: 200, err: ErrOverlap},
 		}, 2, 1, 0},
@@ -198,7 +200,7 @@ func TestLockUnlockSemantics(t *testing.T) {
 			{op: "lock", p: a, n: 4096},
 			{op: "map", p: a + 1, n: 4096, mode: MapOn, locked: false},
 			{op: "map", p: a + 1, n: 4096, mode: MapMandatory, err: ErrOverlap},
-			{op: "map", p: a, n: 1, mode: MapMode(7), err: ErrInvalid},
+			{op: "map", p: a, n: 1, mode: MapMode(7), err: sentinel.ErrInvalidArgument},
 			{op: "unmap", p: a + 8192, mode: MapOn},
 			{op: "unmap", p: a + 8192, mode: MapMandatory, err: ErrNotLocked},
 			{op: "unlock", p: a},
@@ -317,7 +319,7 @@ func TestParseMapMode(t *testing.T) {
 	for _, tt := range tests {
 		m, err := ParseMapMode(tt.in)
 		if tt.err {
-			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 			require.Contains(t, err.Error(), `"yes"`) // the caller names the variable
 			continue
 		}

@@ -31,6 +31,14 @@ type PeerCopier interface {
 	// before it and before the work issued after it, and may still be
 	// running when CopyPeer returns (q.Synchronize waits for it). Work on
 	// the other device's queues is not ordered with it.
+	//
+	// As for Impl.Copy, the generic layer (target) checks the arguments
+	// once, for every vendor: CopyPeer is called only with n > 0, dst and
+	// src not nil, neither range wrapping around the address space, and q
+	// nil or an open queue of the receiver (TestPeerCopyChecksAreGeneric).
+	// A vendor does not check these again; it only reaches its own device
+	// and queue types from dstDev, srcDev and q, refusing any other with an
+	// error rather than a panic.
 	CopyPeer(dst uintptr, dstDev Impl, src uintptr, srcDev Impl, n uintptr, q QueueImpl) error
 }
 

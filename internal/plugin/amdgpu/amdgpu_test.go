@@ -13,6 +13,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 	"github.com/ompalloc/ompalloc/loader"
 )
 
@@ -100,9 +101,9 @@ func TestAllocFree(t *testing.T) {
 func TestAllocErrors(t *testing.T) {
 	d := fakeDevices(t)[0]
 	_, err := d.Alloc(plugin.MemDevice, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d.Alloc(plugin.MemKind(7), 10)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 
 	// More than the 1 GiB pool: the runtime refuses, by name.
 	_, err = d.Alloc(plugin.MemDevice, 2<<30)
@@ -145,9 +146,9 @@ func TestLockUnlock(t *testing.T) {
 	require.ErrorIs(t, d.UnlockHost(host), ErrNotLocked)
 
 	_, err = d.LockHost(0, n)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d.LockHost(host, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 }
 
 // Memory the user locked through the runtime directly is found with
@@ -253,8 +254,8 @@ func TestCopyErrors(t *testing.T) {
 	ds := fakeDevices(t)
 	d := ds[0]
 	src, dst := hostBuffer(t, 4096), hostBuffer(t, 4096)
-	require.ErrorIs(t, d.Copy(dst, src, 10, plugin.Direction(9), nil), ErrInvalid)
-	require.ErrorIs(t, d.Copy(dst, src, 10, plugin.HostToHost, nil), ErrInvalid, "host to host is memmoved by the generic layer")
+	require.ErrorIs(t, d.Copy(dst, src, 10, plugin.Direction(9), nil), sentinel.ErrInvalidArgument)
+	require.ErrorIs(t, d.Copy(dst, src, 10, plugin.HostToHost, nil), sentinel.ErrInvalidArgument, "host to host is memmoved by the generic layer")
 	require.ErrorIs(t, d.Copy(dst, src, 10, plugin.HostToDevice, foreignQueue{}), ErrForeignQueue, "a queue of another plugin")
 
 	// A device address the runtime does not know: refused by name, no crash.

@@ -11,6 +11,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
 	"github.com/ompalloc/ompalloc/internal/regtab"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // device is one GPU agent. Driver calls that change what it tracks run
@@ -111,10 +112,10 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	case plugin.MemHost, plugin.MemShared:
 		pl = d.host
 	default:
-		return 0, d.errorf(ErrInvalid, "alloc of %s memory", kind)
+		return 0, d.errorf(sentinel.ErrInvalidArgument, "alloc of %s memory", kind)
 	}
 	if n == 0 {
-		return 0, d.errorf(ErrInvalid, "alloc of 0 bytes of %s memory", kind)
+		return 0, d.errorf(sentinel.ErrInvalidArgument, "alloc of 0 bytes of %s memory", kind)
 	}
 	if pl == nil {
 		return 0, d.errorf(ErrNoPool, "alloc of %s memory", kind)
@@ -159,7 +160,7 @@ func (d *device) Free(kind plugin.MemKind, p uintptr) error {
 // reference to that lock.
 func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
-		return 0, d.errorf(ErrInvalid, "lock %#x+%d", p, n)
+		return 0, d.errorf(sentinel.ErrInvalidArgument, "lock %#x+%d", p, n)
 	}
 	d.mu.Lock()
 	closed := d.closed
@@ -217,7 +218,7 @@ func (d *device) UnlockHost(p uintptr) error {
 // access"), so only the owning agent tells host memory from device memory.
 func (d *device) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	if p == 0 || n == 0 || p+n < p {
-		return pinreg.External{}, false, d.errorf(ErrInvalid, "external lock query %#x+%d", p, n)
+		return pinreg.External{}, false, d.errorf(sentinel.ErrInvalidArgument, "external lock query %#x+%d", p, n)
 	}
 	if d.tab.Holds(p, p, p+1) {
 		return pinreg.External{}, false, nil
@@ -383,7 +384,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		}
 		spans = []span{{dst: dst, src: src, n: n}}
 	default:
-		return d.errorf(ErrInvalid, "copy in direction %d", dir)
+		return d.errorf(sentinel.ErrInvalidArgument, "copy in direction %d", dir)
 	}
 	if dq != nil {
 		if err := dq.submit(spans, refs); err != nil {

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // Events on HSA. A queue is a chain of async copies, each depending on the
@@ -284,11 +285,11 @@ func (e *event) Elapsed(start plugin.EventImpl) (_ time.Duration, err error) {
 	s, ok := start.(*event)
 	switch {
 	case !ok:
-		return 0, e.d.errorf(ErrInvalid, "elapsed time from another plugin's event")
+		return 0, e.d.errorf(sentinel.ErrInvalidArgument, "elapsed time from another plugin's event")
 	case s.d != e.d:
-		return 0, e.d.errorf(ErrInvalid, "elapsed time from an event of amdgpu device %d: events of two devices", s.d.index)
+		return 0, e.d.errorf(sentinel.ErrInvalidArgument, "elapsed time from an event of amdgpu device %d: events of two devices", s.d.index)
 	case !s.timing || !e.timing:
-		return 0, e.d.errorf(ErrInvalid, "elapsed time: an event created without timing")
+		return 0, e.d.errorf(sentinel.ErrInvalidArgument, "elapsed time: an event created without timing")
 	}
 	fn := e.d.fn
 	if fn.copyTime == 0 || fn.copyProfEnable == 0 {
@@ -301,7 +302,7 @@ func (e *event) Elapsed(start plugin.EventImpl) (_ time.Duration, err error) {
 		}
 	}
 	if ss == nil || es == nil {
-		return 0, e.d.errorf(ErrInvalid, "elapsed time: an event never recorded")
+		return 0, e.d.errorf(sentinel.ErrInvalidArgument, "elapsed time: an event never recorded")
 	}
 	if !fn.done(ss.sig) || !fn.done(es.sig) {
 		return 0, e.d.errorf(plugin.ErrNotReady, "elapsed time")

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // scratchOf is the device's marker buffer, 0 when it has none.
@@ -111,7 +112,7 @@ func TestFakeCopyTimestamps(t *testing.T) {
 // the fake's copy delay (the end marker is submitted after the start one
 // completed, and the fake performs no copy before its delay passed), at
 // most what the host saw. Not complete yet: plugin.ErrNotReady; without
-// timing, or events of two devices: ErrInvalid; markers recorded while
+// timing, or events of two devices: sentinel.ErrInvalidArgument; markers recorded while
 // another user turned profiling off: errors.ErrUnsupported saying so.
 // Before the fix every Elapsed was errors.ErrUnsupported.
 func TestEventElapsed(t *testing.T) {
@@ -159,7 +160,7 @@ func TestEventElapsed(t *testing.T) {
 	require.NoError(t, plain.Record(qi))
 	require.NoError(t, plain.Synchronize())
 	_, err = plain.Elapsed(start)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	other := newEvent(ds[1], true)
 	q1, err := ds[1].NewQueue()
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestEventElapsed(t *testing.T) {
 	require.NoError(t, other.Record(q1))
 	require.NoError(t, other.Synchronize())
 	_, err = other.Elapsed(start)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	require.ErrorContains(t, err, "two devices")
 
 	fakeCopyProfiling(t, d, false)

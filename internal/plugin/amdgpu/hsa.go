@@ -158,8 +158,6 @@ func (e *Error) Is(target error) bool {
 
 // Errors of the plugin itself; test with errors.Is.
 var (
-	// ErrInvalid: a zero size, a null address, an unknown kind or direction.
-	ErrInvalid = sentinel.ErrInvalidArgument
 	// ErrNotAllocated: Free of an address this device's Alloc did not return
 	// with that kind.
 	ErrNotAllocated = errors.New("not allocated by this device")

@@ -61,12 +61,6 @@ func (d *device) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev p
 	if !ok1 || !ok2 || (d != dd && d != sd) || dd.tab != sd.tab {
 		return d.errorf(ErrForeignQueue, "peer copy between devices of another plugin")
 	}
-	if n == 0 {
-		return nil
-	}
-	if dst == 0 || src == 0 || dst+n < dst || src+n < src {
-		return d.errorf(ErrInvalid, "peer copy of %d bytes from %#x to %#x", n, src, dst)
-	}
 	other := dd
 	if d == dd {
 		other = sd

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/numa"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 	"github.com/ompalloc/ompalloc/internal/warn"
 )
 
@@ -227,7 +228,7 @@ func (d *device) inOpenCtx(f func() error) error {
 // memory (cuMemAllocManaged, ATTACH_GLOBAL).
 func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	if n == 0 {
-		return 0, d.opErr(ErrInvalid, "alloc of 0 bytes of %s memory", kind)
+		return 0, d.opErr(sentinel.ErrInvalidArgument, "alloc of 0 bytes of %s memory", kind)
 	}
 	var p uintptr
 	var err error
@@ -246,7 +247,7 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 			return call(d.drv.cuMemAllocManaged, uintptr(unsafe.Pointer(&p)), n, cuMemAttachGlobal)
 		})
 	default:
-		return 0, d.opErr(ErrInvalid, "alloc of %s memory", kind)
+		return 0, d.opErr(sentinel.ErrInvalidArgument, "alloc of %s memory", kind)
 	}
 	if err != nil {
 		return 0, d.opErr(err, "alloc of %d bytes of %s memory", n, kind)
@@ -304,7 +305,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	if q != nil {
 		s, ok := q.(*Queue)
 		if !ok {
-			return d.opErr(fmt.Errorf("%w: a queue of another plugin (%T)", ErrInvalid, q), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
+			return d.opErr(fmt.Errorf("%w: a queue of another plugin (%T)", sentinel.ErrInvalidArgument, q), "copy %s of %d bytes from %#x to %#x", dir, n, src, dst)
 		}
 		// A destroyed stream's handle is 0, which the driver takes for the
 		// legacy default stream (synchronizing with every other stream of
@@ -323,7 +324,7 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 	case plugin.DeviceToDevice:
 		fn, name = d.drv.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync"
 	default:
-		return d.opErr(ErrInvalid, "copy in direction %s", dir)
+		return d.opErr(sentinel.ErrInvalidArgument, "copy in direction %s", dir)
 	}
 	enqueue := func(s uintptr) result { return call(fn, dst, src, n, s) }
 	if dir != plugin.DeviceToDevice {

@@ -12,6 +12,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 func TestAllocFree(t *testing.T) {
@@ -50,9 +51,9 @@ func TestAllocFree(t *testing.T) {
 		})
 	}
 	_, err := d.Alloc(plugin.MemDevice, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d.Alloc(plugin.MemKind(9), 10)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	require.Equal(t, base, [3]int{live(t, liveDevice), live(t, liveHostAlloc), live(t, liveManaged)})
 }
 
@@ -92,8 +93,8 @@ func TestCopySyncRoundTrip(t *testing.T) {
 	// Past the end of an allocation.
 	err = d.Copy(a+n-8, src, 16, plugin.HostToDevice, nil)
 	require.ErrorIs(t, err, ErrInvalidValue)
-	require.ErrorIs(t, d.Copy(a, src, 16, plugin.Direction(42), nil), ErrInvalid)
-	require.ErrorIs(t, d.Copy(a, src, 16, plugin.HostToHost, nil), ErrInvalid, "host to host is memmoved by the generic layer")
+	require.ErrorIs(t, d.Copy(a, src, 16, plugin.Direction(42), nil), sentinel.ErrInvalidArgument)
+	require.ErrorIs(t, d.Copy(a, src, 16, plugin.HostToHost, nil), sentinel.ErrInvalidArgument, "host to host is memmoved by the generic layer")
 }
 
 // holdStreams keeps the fake's streams busy (fakecuda's gate "stream"): no
@@ -229,7 +230,7 @@ func TestCopyOnQueueOfAnotherPlugin(t *testing.T) {
 	require.NoError(t, err)
 	defer d.Free(plugin.MemDevice, a)
 	src, _ := hostBuf(t, 64)
-	require.ErrorIs(t, d.Copy(a, src, 64, plugin.HostToDevice, foreignQueue{}), ErrInvalid)
+	require.ErrorIs(t, d.Copy(a, src, 64, plugin.HostToDevice, foreignQueue{}), sentinel.ErrInvalidArgument)
 }
 
 // foreignQueue is a queue of another plugin.

@@ -71,9 +71,6 @@ var (
 
 // Plugin-side errors; test with errors.Is.
 var (
-	// ErrInvalid: a zero size, a null address, an unknown kind or direction,
-	// or a queue of another device.
-	ErrInvalid = sentinel.ErrInvalidArgument
 	// ErrNotLocked: UnlockHost of an address this device never locked.
 	ErrNotLocked = sentinel.ErrNotLocked
 	// ErrNotAllocated: Free of an address Alloc never returned, or with

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // An event belongs to the context it was created in. The fake follows the
@@ -53,10 +54,10 @@ func TestEventsOfOneContext(t *testing.T) {
 	require.NoError(t, e1.Wait(q0), "a stream waits for another device's event")
 
 	// The plugin says what is wrong before the driver does.
-	require.ErrorIs(t, e0.Record(q1), ErrInvalid)
+	require.ErrorIs(t, e0.Record(q1), sentinel.ErrInvalidArgument)
 	require.ErrorContains(t, e0.Record(q1), "another device")
 	_, err = e1.Elapsed(e0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	require.ErrorContains(t, err, "two devices")
 	_, err = e0.Elapsed(e0)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/regtab"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // MaxRegister is the most one cuMemHostRegister call registers: single
@@ -46,7 +47,7 @@ func newRegistrations() *registrations {
 // registrations).
 func (d *device) LockHost(p, n uintptr) (uintptr, error) {
 	if p == 0 || n == 0 || p+n < p {
-		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, ErrInvalid)
+		return 0, fmt.Errorf("%v: lock %#x+%d: %w", d, p, n, sentinel.ErrInvalidArgument)
 	}
 	dev, err := d.drv.regs.Lock(d, p, n, d.register, d.resolve)
 	if err != nil {
@@ -146,7 +147,7 @@ func (d *device) UnlockHost(p uintptr) error {
 // external: locking them again is shared and counted.
 func (d *device) ExternalLock(p, n uintptr) (pinreg.External, bool, error) {
 	if p == 0 || n == 0 {
-		return pinreg.External{}, false, fmt.Errorf("%v: external lock query %#x+%d: %w", d, p, n, ErrInvalid)
+		return pinreg.External{}, false, fmt.Errorf("%v: external lock query %#x+%d: %w", d, p, n, sentinel.ErrInvalidArgument)
 	}
 	var mt uint32
 	var r result

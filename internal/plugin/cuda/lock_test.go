@@ -8,6 +8,7 @@ import (
 
 	"github.com/ompalloc/ompalloc/internal/pinreg"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // hostPage is the granule of registrations: the driver page-locks whole
@@ -75,9 +76,9 @@ func TestLockSharedAcrossDevices(t *testing.T) {
 	require.ErrorIs(t, d1.UnlockHost(p), ErrNotLocked)
 
 	_, err = d0.LockHost(0, 10)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d0.LockHost(p, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 }
 
 // registerDirectly registers [p, p+n) as a user would, behind the plugin's back.
@@ -134,7 +135,7 @@ func TestExternalLock(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 	_, _, err = d.ExternalLock(0, 16)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 }
 
 // Injected driver failures come back as typed errors naming the call and the

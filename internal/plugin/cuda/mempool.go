@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // The stream-ordered allocator (CUDA ≥ 11.2). Values from cuda.h:
@@ -280,7 +281,7 @@ func (mp *memPool) queueStream(q plugin.QueueImpl, what string) (*Queue, uintptr
 		return nil, 0, err
 	}
 	if cq.d != mp.d {
-		return nil, 0, fmt.Errorf("%v: %s on a queue of %v: %w", mp.d, what, cq.d, ErrInvalid)
+		return nil, 0, fmt.Errorf("%v: %s on a queue of %v: %w", mp.d, what, cq.d, sentinel.ErrInvalidArgument)
 	}
 	return cq, s, nil
 }
@@ -292,7 +293,7 @@ func (mp *memPool) queueStream(q plugin.QueueImpl, what string) (*Queue, uintptr
 // synchronization then waits for that work, which keeps the rule.
 func (mp *memPool) Alloc(n uintptr, q plugin.QueueImpl) (uintptr, error) {
 	if n == 0 {
-		return 0, fmt.Errorf("%v: pool alloc of 0 bytes: %w", mp.d, ErrInvalid)
+		return 0, fmt.Errorf("%v: pool alloc of 0 bytes: %w", mp.d, sentinel.ErrInvalidArgument)
 	}
 	s := mp.alloc
 	if q != nil {

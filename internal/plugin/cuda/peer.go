@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 var _ plugin.PeerCopier = (*device)(nil)
@@ -148,13 +149,7 @@ func (d *device) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev p
 	dd, ok1 := dstDev.(*device)
 	sd, ok2 := srcDev.(*device)
 	if !ok1 || !ok2 || (dd != d && sd != d) || dd.drv != d.drv || sd.drv != d.drv {
-		return fmt.Errorf("%v: peer copy between %T and %T: %w", d, dstDev, srcDev, ErrInvalid)
-	}
-	if n == 0 {
-		return nil
-	}
-	if dst == 0 || src == 0 {
-		return fmt.Errorf("%v: peer copy of %d bytes from %#x to %#x: %w", d, n, src, dst, ErrInvalid)
+		return fmt.Errorf("%v: peer copy between %T and %T: %w", d, dstDev, srcDev, sentinel.ErrInvalidArgument)
 	}
 	if d.drv.cuMemcpyPeerAsync == 0 {
 		return fmt.Errorf("%v: cuMemcpyPeerAsync missing in %s: %w", d, d.drv.lib.Path, ErrNotSupported)
@@ -171,7 +166,7 @@ func (d *device) CopyPeer(dst uintptr, dstDev plugin.Impl, src uintptr, srcDev p
 	} else {
 		s, ok := q.(*Queue)
 		if !ok || s.d != d {
-			return fmt.Errorf("%v: peer copy on a queue of another device (%T): %w", d, q, ErrInvalid)
+			return fmt.Errorf("%v: peer copy on a queue of another device (%T): %w", d, q, sentinel.ErrInvalidArgument)
 		}
 		stream := s.handle()
 		if stream == 0 {

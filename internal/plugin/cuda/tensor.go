@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // tensorSyms are the optional symbols of events between queues.
@@ -49,7 +50,7 @@ type devEvent struct {
 func stream(q plugin.QueueImpl, what string) (*Queue, uintptr, error) {
 	cq, ok := q.(*Queue)
 	if !ok {
-		return nil, 0, fmt.Errorf("%s: %w: not a CUDA queue", what, ErrInvalid)
+		return nil, 0, fmt.Errorf("%s: %w: not a CUDA queue", what, sentinel.ErrInvalidArgument)
 	}
 	s, err := cq.live(what)
 	return cq, s, err
@@ -64,7 +65,7 @@ func (e *devEvent) Record(q plugin.QueueImpl) error {
 		return err
 	}
 	if cq.d != e.d {
-		return fmt.Errorf("%v: record an event on a queue of %v: %w: an event is recorded on a queue of its own device (another device's queue may wait for it)", e.d, cq.d, ErrInvalid)
+		return fmt.Errorf("%v: record an event on a queue of %v: %w: an event is recorded on a queue of its own device (another device's queue may wait for it)", e.d, cq.d, sentinel.ErrInvalidArgument)
 	}
 	return e.d.withCtx("cuEventRecord", func() result { return call(e.d.drv.cuEventRecord, e.ev, s) })
 }
@@ -84,12 +85,12 @@ func (e *devEvent) Wait(q plugin.QueueImpl) error {
 func (e *devEvent) Elapsed(start plugin.EventImpl) (time.Duration, error) {
 	s, ok := start.(*devEvent)
 	if !ok {
-		return 0, fmt.Errorf("%v: elapsed time: %w: not a CUDA event", e.d, ErrInvalid)
+		return 0, fmt.Errorf("%v: elapsed time: %w: not a CUDA event", e.d, sentinel.ErrInvalidArgument)
 	}
 	if s.d != e.d {
 		// The Programming Guide: "cudaEventElapsedTime() will fail if the
 		// two input events are associated to different devices".
-		return 0, fmt.Errorf("%v: elapsed time from an event of %v: %w: events of two devices (each has its own clock)", e.d, s.d, ErrInvalid)
+		return 0, fmt.Errorf("%v: elapsed time from an event of %v: %w: events of two devices (each has its own clock)", e.d, s.d, sentinel.ErrInvalidArgument)
 	}
 	if e.d.drv.cuEventElapsedTime == 0 {
 		return 0, fmt.Errorf("%v: cuEventElapsedTime missing in %s: %w", e.d, e.d.drv.lib.Path, errors.ErrUnsupported)

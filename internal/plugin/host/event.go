@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // NewEvent creates an event. The host's queues do their work at once, so
@@ -34,7 +35,7 @@ func (e *event) Destroy() error              { return nil }
 func (e *event) Elapsed(start plugin.EventImpl) (time.Duration, error) {
 	s, ok := start.(*event)
 	if !ok {
-		return 0, fmt.Errorf("host: elapsed time from another plugin's event: %w", ErrInvalid)
+		return 0, fmt.Errorf("host: elapsed time from another plugin's event: %w", sentinel.ErrInvalidArgument)
 	}
 	s.mu.Lock()
 	t0 := s.at
@@ -43,7 +44,7 @@ func (e *event) Elapsed(start plugin.EventImpl) (time.Duration, error) {
 	t1 := e.at
 	e.mu.Unlock()
 	if t0.IsZero() || t1.IsZero() || !s.timing || !e.timing {
-		return 0, fmt.Errorf("host: elapsed time: %w: an event not recorded or without timing", ErrInvalid)
+		return 0, fmt.Errorf("host: elapsed time: %w: an event not recorded or without timing", sentinel.ErrInvalidArgument)
 	}
 	return t1.Sub(t0), nil
 }

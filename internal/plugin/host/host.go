@@ -34,8 +34,6 @@ var (
 	// ErrNotAllocated: Free of an address Alloc never returned, or with
 	// another kind than it was allocated with.
 	ErrNotAllocated = errors.New("not allocated by the host device")
-	// ErrInvalid: a zero size or a range that wraps around the address space.
-	ErrInvalid = sentinel.ErrInvalidArgument
 )
 
 // New returns the host plugin. Its one device is created by Init.
@@ -109,7 +107,7 @@ var pageSize = uintptr(syscall.Getpagesize())
 // pageSpan returns the page indices [first, end) covering [p, p+n).
 func pageSpan(p, n uintptr) (first, end uintptr, err error) {
 	if n == 0 || p+n < p {
-		return 0, 0, fmt.Errorf("range %#x+%d: %w", p, n, ErrInvalid)
+		return 0, 0, fmt.Errorf("range %#x+%d: %w", p, n, sentinel.ErrInvalidArgument)
 	}
 	return p / pageSize, (p+n-1)/pageSize + 1, nil
 }
@@ -253,10 +251,10 @@ func (d *device) Alloc(kind plugin.MemKind, n uintptr) (uintptr, error) {
 	switch kind {
 	case plugin.MemDevice, plugin.MemHost, plugin.MemShared:
 	default:
-		return 0, opErr(ErrInvalid, "alloc of %s memory", kind)
+		return 0, opErr(sentinel.ErrInvalidArgument, "alloc of %s memory", kind)
 	}
 	if n == 0 || n > ^uintptr(0)-pageSize {
-		return 0, opErr(ErrInvalid, "alloc of %d bytes of %s memory", n, kind)
+		return 0, opErr(sentinel.ErrInvalidArgument, "alloc of %d bytes of %s memory", n, kind)
 	}
 	size := (n + pageSize - 1) &^ (pageSize - 1)
 	p, err := d.libc.Map(size)
@@ -302,10 +300,10 @@ func (d *device) Copy(dst, src, n uintptr, dir plugin.Direction, q plugin.QueueI
 		return nil
 	}
 	if dst == 0 || src == 0 {
-		return opErr(ErrInvalid, "%s of %d bytes from %#x to %#x", dir, n, src, dst)
+		return opErr(sentinel.ErrInvalidArgument, "%s of %d bytes from %#x to %#x", dir, n, src, dst)
 	}
 	if err := cmem.CopyChecked(dst, src, n); err != nil { // a foreign range may fault
-		return opErr(fmt.Errorf("%w: %w", ErrInvalid, err), "%s of %d bytes from %#x to %#x", dir, n, src, dst)
+		return opErr(fmt.Errorf("%w: %w", sentinel.ErrInvalidArgument, err), "%s of %d bytes from %#x to %#x", dir, n, src, dst)
 	}
 	return nil
 }

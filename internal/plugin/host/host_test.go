@@ -14,6 +14,7 @@ import (
 	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/dl"
 	"github.com/ompalloc/ompalloc/internal/plugin"
+	"github.com/ompalloc/ompalloc/internal/sentinel"
 )
 
 // vmLck returns the process's locked memory in kB, or skips off Linux.
@@ -92,9 +93,9 @@ func TestLockSameStartTwice(t *testing.T) {
 func TestLockInvalid(t *testing.T) {
 	d := hostDevice(t)
 	_, err := d.LockHost(4096, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d.LockHost(^uintptr(0)-10, 100)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 }
 
 func TestAllocKinds(t *testing.T) {
@@ -138,9 +139,9 @@ func TestAllocKinds(t *testing.T) {
 func TestAllocInvalid(t *testing.T) {
 	d := hostDevice(t)
 	_, err := d.Alloc(plugin.MemDevice, 0)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 	_, err = d.Alloc(plugin.MemKind(42), 8)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, sentinel.ErrInvalidArgument)
 }
 
 func TestCopyAndQueue(t *testing.T) {
@@ -162,7 +163,7 @@ func TestCopyAndQueue(t *testing.T) {
 	}
 	require.NoError(t, q.Synchronize())
 	require.NoError(t, q.Destroy())
-	require.ErrorIs(t, d.Copy(0, src, 1, plugin.HostToDevice, nil), ErrInvalid)
+	require.ErrorIs(t, d.Copy(0, src, 1, plugin.HostToDevice, nil), sentinel.ErrInvalidArgument)
 }
 
 func TestInfoAndStatus(t *testing.T) {

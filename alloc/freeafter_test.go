@@ -27,6 +27,9 @@ import (
 // CUDA and HSA plugins load the fake drivers, which perform async copies
 // 200 ms after they were submitted: a pinned block freed right after
 // submitting a copy from or to it is still read or written by that copy.
+// Where a check needs the copy in flight at the Free, the subtest holds it
+// at the fake's gate (holdDeviceWork): the delay alone can pass before the
+// Free on a loaded machine (it did, under qemu in CI).
 func TestFreeAfterFakeDrivers(t *testing.T) {
 	if os.Getenv("OMPALLOC_ALLOC_CHILD") != "" {
 		t.Skip("in the child")
@@ -103,10 +106,15 @@ func TestFreeAfterChild(t *testing.T) {
 			t.Run("free right after a copy from it", func(t *testing.T) {
 				src := block()
 				want := fill(src, 1)
+				// Held at the gate, not only late: on a loaded machine the
+				// fake's delay can pass before Free, which then frees at
+				// once (correctly) and the checks below would not hold.
+				open := holdDeviceWork(t, d.Plugin())
 				require.NoError(t, target.MemcpyAsync(dev, uintptr(ptr(src)), n, d.ID, target.InitialDevice(), q))
 				require.NoError(t, Free(ptr(src)), "freed while the copy reads it")
 				next := block() // the heap would hand the same slot out again
 				fill(next, 2)
+				open()
 				require.NoError(t, q.Synchronize(context.Background()))
 				back := make([]byte, n)
 				require.NoError(t, target.Memcpy(uintptr(unsafe.Pointer(&back[0])), dev, n, target.InitialDevice(), d.ID))
@@ -121,10 +129,12 @@ func TestFreeAfterChild(t *testing.T) {
 				want := fill(staging, 3)
 				require.NoError(t, target.Memcpy(dev, uintptr(ptr(staging)), n, d.ID, target.InitialDevice()))
 				dst := block()
+				open := holdDeviceWork(t, d.Plugin())
 				require.NoError(t, target.MemcpyAsync(uintptr(ptr(dst)), dev, n, target.InitialDevice(), d.ID, q))
 				require.NoError(t, Free(ptr(dst)), "freed while the copy writes it")
 				next := block()
 				mine := fill(next, 4)
+				open()
 				require.NoError(t, q.Synchronize(context.Background()))
 				require.True(t, bytes.Equal(mine, next), "the late copy did not write into the next block")
 				require.NotEqual(t, want, mine)
@@ -236,8 +246,12 @@ func TestFreeAfterChild(t *testing.T) {
 	require.NoError(t, q.Close())
 
 	// A free still waiting on a queue at Shutdown is done by Shutdown, which
-	// then finds no live pinned block.
+	// then finds no live pinned block. The copies are held at the fakes'
+	// gates until Shutdown, so that they are in flight at every Free however
+	// slow the host.
+	var opens []func()
 	for _, d := range accels {
+		opens = append(opens, holdDeviceWork(t, d.Plugin()))
 		a, err := New(memspace.Default, WithPinned(true), WithPinDevice(d.ID))
 		require.NoError(t, err)
 		p, err := a.Alloc(n)
@@ -251,6 +265,9 @@ func TestFreeAfterChild(t *testing.T) {
 		require.Equal(t, int64(1), a.Stats().BlocksLive, "waits for the copy")
 		_ = dev // Shutdown frees it, after the copy
 		t.Cleanup(func() { require.NoError(t, a.Destroy()) })
+	}
+	for _, open := range opens {
+		open()
 	}
 	require.NoError(t, target.Shutdown())
 	require.Zero(t, deferredFrees.Load())
@@ -313,10 +330,12 @@ func TestFreeAfterCrossDeviceChild(t *testing.T) {
 	fill(src, 1)
 	require.NoError(t, target.Memcpy(dev, uintptr(unsafe.Pointer(&src[0])), n, d1.ID, target.InitialDevice()))
 	dst := block()
+	open := holdDeviceWork(t, "cuda") // in flight at the Free however slow the host
 	require.NoError(t, target.MemcpyAsync(uintptr(ptr(dst)), dev, n, target.InitialDevice(), d1.ID, q))
 	require.NoError(t, Free(ptr(dst)), "freed while device 1's copy writes it")
 	next := block() // the heap would hand the same slot out again
 	mine := fill(next, 2)
+	open()
 	require.NoError(t, q.Synchronize(context.Background()))
 	require.True(t, bytes.Equal(mine, next), "the late copy on device 1 wrote into the next block")
 	_, err = blockSize(ptr(dst))

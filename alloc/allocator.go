@@ -185,6 +185,7 @@ func install(a *Allocator) {
 	}
 	copy(t, old)
 	t[h] = &a.head
+	a.head.Fast.Gate(leakCheck.Load()) // SetLeakCheck gates the others under tableMu too
 	handles.Publish(t)
 	heap.SetTally(a.id, a.shards.t) // heap.Free counts a's blocks there
 }
@@ -435,6 +436,10 @@ func (a *Allocator) Destroy() error {
 	// Frees of a's blocks from now on hand the tally back (heap.FreeFast),
 	// so that the last one releases a.
 	a.shards.t.SetFollow(heap.FollowClosed)
+	// The hot path (heap.AllocEntry) serves nothing more once the grace
+	// period below has passed: Close points its descriptor at a tally with
+	// no shards, which its pinned section tests anyway.
+	a.head.Fast.Close()
 	// An allocation that started before the flag was set may still be
 	// counting its block: wait for it, so that the live count read next is
 	// final and the handle is never reused under it. The hot path

@@ -32,14 +32,18 @@ func init() { SetLeakCheck(os.Getenv(envvar.LeakCheck) == "1") }
 func SetLeakCheck(on bool) (was bool) {
 	leakMu.Lock()
 	defer leakMu.Unlock()
+	tableMu.Lock() // install gates a new allocator's hot path as leakCheck says
+	defer tableMu.Unlock()
 	if on {
-		hooks.FreeChecks.Add(1)  // one of free's reasons (FreeChecks), before it holds
-		hooks.AllocChecks.Add(1) // the hot path records no stack: the general path does
+		hooks.FreeChecks.Add(1) // one of free's reasons (FreeChecks), before it holds
 	}
 	if was = leakCheck.Swap(on); was {
 		hooks.FreeChecks.Add(-1) // the reason it held until now
-		hooks.AllocChecks.Add(-1)
 	}
+	// The hot path records no stack: while the check is on, every
+	// allocator's descriptor sends its allocations to the general path,
+	// which does (heap.Fast.Gate; before this returns).
+	allocators(func(a *Allocator) { a.head.Fast.Gate(on) })
 	return was
 }
 

@@ -19,7 +19,7 @@ import (
 func (a *Allocator) Alloc(size uintptr) (unsafe.Pointer, error) {
 	// A cached block of a plain host allocator comes from the heap's hot
 	// path (heap.AllocEntry, through the handle table), which counts it,
-	// counts it down for the heap profile and checks the destroyed flag in
+	// counts it down for the heap profile and refuses a destroyed allocator in
 	// its pinned section; every other case, and a destroyed allocator's
 	// refusal, takes the general path. kmp's omp_alloc calls the hot path
 	// itself.

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ompalloc/ompalloc/internal/cmem"
 	"github.com/ompalloc/ompalloc/internal/hooks"
 	"github.com/ompalloc/ompalloc/internal/memsample"
 	"github.com/ompalloc/ompalloc/internal/pcpu"
@@ -65,18 +66,64 @@ func tableFor(align uintptr) *classTable {
 	return t
 }
 
+// guardOf returns the guard of a pcache or tallyShard at p (their first
+// field): pc.guard would cost a nil check the hot paths need not make (p
+// comes from the caches or shards, never nil), as the guard is empty
+// outside race builds and its methods load nothing.
+func guardOf(p unsafe.Pointer) *pcpu.Guard { return (*pcpu.Guard)(p) }
+
+// The guards guardOf finds.
+var (
+	_ = [1]struct{}{}[unsafe.Offsetof(pcache{}.guard)]
+	_ = [1]struct{}{}[unsafe.Offsetof(tallyShard{}.guard)]
+)
+
+// at returns the entry for index i (masked to the table: a no-op on the
+// indexes AllocEntry computes), without the bounds and nil checks that
+// indexing t would cost (t is never nil in a Fast that serves anything).
+func (t *classTable) at(i uintptr) classEntry {
+	return *(*classEntry)(unsafe.Add(unsafe.Pointer(t), (i&(classTableLen-1))*unsafe.Sizeof(classEntry(0))))
+}
+
 // Fast is an owner's descriptor for the hot path: what AllocSampled and
 // AllocGuarded work out at every call, worked out once. It lives in the
-// owner's Entry, beside the destroyed flag AllocEntry reads. The zero Fast
-// serves nothing.
+// owner's Entry. The zero Fast serves nothing.
+//
+// Two of its fields change after it is published, each an atomic word the
+// hot path loads anyway, so that the two reasons to refuse it cost
+// AllocEntry no test of their own: Gate zeroes limit while the leak check
+// is on (the size test then sends every size to the general path), and
+// Close points t at a tally with no shards (the shard's bounds test, in
+// the pinned section, then fails), which is how AllocEntry sees the
+// allocator destroyed. A test of the destroyed flag and one of a global
+// counter of the leak check cost 6 instructions of the 64 B pair.
 type Fast struct {
 	h       *Heap
-	t       *Tally
+	t       atomic.Pointer[Tally] // the owner's tally; closedTally once Closed
+	tally   *Tally                // the owner's tally, for rare (never closed)
 	classes *classTable
-	off     uintptr // the user pointer's offset in its slot
-	limit   uintptr // sizes 1..limit have a class; 0: none
+	off     uintptr        // the user pointer's offset in its slot
+	limit   atomic.Uintptr // sizes 1..limit are served here: max, or 0 while gated
+	max     uintptr        // sizes 1..max have a class; 0: none
+	hdr     uint64         // a block's header as one word, its size 0 (headerWord)
 	owner   uint32
 }
+
+// headerWord is the header handOut writes for owner at offset off, size 0,
+// read as one uint64 (whatever the byte order: sizeShift places the size),
+// so that AllocEntry writes it in one store: the size or'ed in.
+func headerWord(owner uint32, off uintptr) uint64 {
+	hd := header{tag: tag(magicLive, off), meta: owner << 16}
+	return *(*uint64)(unsafe.Pointer(&hd))
+}
+
+// closedTally is the tally of every closed Fast: no shard for any P.
+var closedTally = func() *Tally {
+	t := new(Tally)
+	s := []*tallyShard{}
+	t.shards.Store(&s)
+	return t
+}()
 
 // Entry is an allocator's entry in the handle table (internal/handles: its
 // Head is this type, the first field of every alloc.Allocator): the handle,
@@ -87,12 +134,13 @@ type Entry struct {
 	// index) and, above it, the number's generation. Set before the entry
 	// is published, never changed.
 	Handle uintptr
-	// Destroyed is set once, by omp_destroy_allocator. AllocEntry reads it
-	// in its pinned section (see there).
+	// Destroyed is set once, by omp_destroy_allocator, which then closes
+	// Fast (Fast.Close): AllocEntry refuses through the descriptor, the slow
+	// function through this flag.
 	Destroyed atomic.Bool
 	// Fast is the descriptor for AllocEntry (the zero Fast, serving
 	// nothing, for all but plain host allocators). Set before the entry is
-	// published, never changed.
+	// published; afterwards only Gate and Close change it (atomically).
 	Fast Fast
 }
 
@@ -100,20 +148,46 @@ type Entry struct {
 // alignment align (a power of two; below 16 means 16), counted in t. Call
 // it before the entry holding f is published.
 func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr) {
-	*f = Fast{}
+	f.h, f.tally, f.classes, f.off, f.max, f.hdr, f.owner = nil, nil, nil, 0, 0, 0, 0
+	f.t.Store(closedTally)
+	f.limit.Store(0)
 	align = max(align, minAlign)
 	if h == nil || t == nil || owner > maxOwner || align > maxSmall/2 {
 		return // the general path serves everything
 	}
 	off := offFor(align)
-	*f = Fast{h: h, t: t, classes: tableFor(align), off: off, owner: owner}
+	f.h, f.tally, f.classes, f.off, f.owner = h, t, tableFor(align), off, owner
+	f.hdr = headerWord(owner, off)
+	f.t.Store(t)
 	for need := uintptr(maxSmall); need > off; need -= minAlign {
 		if classFor(need, align) >= 0 {
-			f.limit = need - off
+			f.max = need - off
 			break
 		}
 	}
+	f.limit.Store(f.max)
 }
+
+// Gate sends every allocation from f to the general path while on (the
+// leak check, which records each block's stack there), and lets f serve
+// again once off. Calls must not overlap (alloc holds its table lock); an
+// allocation that loaded the limit before Gate(true) returned may still be
+// served here, as one that began before the leak check was turned on.
+func (f *Fast) Gate(on bool) {
+	if on {
+		f.limit.Store(0)
+	} else {
+		f.limit.Store(f.max)
+	}
+}
+
+// Close makes f serve nothing, for good: AllocEntry then hands every
+// allocation to the slow function, which finds the entry destroyed. Call it
+// after setting the entry's Destroyed flag and before the grace period
+// (pcpu.Quiesce) that Destroy waits out: a pinned section of AllocEntry
+// that loaded the tally before this store ends before the grace period
+// does, and every later one loads closedTally (see AllocEntry).
+func (f *Fast) Close() { f.t.Store(closedTally) }
 
 // AllocEntry is omp_alloc's whole hot path in one frame: it loads the
 // entry at slot (a handle table's slot for handle h), checks that it is h's
@@ -130,42 +204,52 @@ func (f *Fast) Init(h *Heap, t *Tally, owner uint32, align uintptr) {
 // with a nil check cost this path 7. Callers inline it (handles.Alloc), so that omp_alloc's
 // cached block costs this frame alone.
 //
-// The destroyed flag is read inside the pinned section, so a destroyer
-// needs no mark from allocations (two atomic stores each, an XCHG on
-// amd64): it sets the flag, then waits out a grace period (pcpu.Quiesce, a
-// stop-the-world, which cannot begin while a goroutine is pinned). Every
-// pinned section that began before the grace period ended before it did,
-// its counts visible to the destroyer through the runtime's
+// The descriptor's tally is loaded inside the pinned section, so a
+// destroyer needs no mark from allocations (two atomic stores each, an
+// XCHG on amd64): it sets the destroyed flag and closes the descriptor
+// (Fast.Close: the tally becomes closedTally, whose missing shard fails
+// the test this section makes anyway), then waits out a grace period
+// (pcpu.Quiesce, a stop-the-world, which cannot begin while a goroutine is
+// pinned). Every pinned section that began before the grace period ended
+// before it did, its counts visible to the destroyer through the runtime's
 // synchronisation of the stop; every one that begins after it runs on a P
-// stopped and restarted since the flag was set, and sees the flag. So once
-// Quiesce returns, the owner's live count is final. See ARCHITECTURE.md,
-// "The in-flight protocol".
+// stopped and restarted since the tally's atomic store, and loads
+// closedTally. So once Quiesce returns, the owner's live count is final.
+// See ARCHITECTURE.md, "The in-flight protocol".
 func AllocEntry(slot *atomic.Pointer[Entry], h, size uintptr, slow func(e *Entry, h, size uintptr) uintptr) uintptr {
-	e := slot.Load()
-	if e == nil || e.Handle != h {
+	// Loads in if statements, beside their tests: an inlined call with no
+	// instruction of this function on its line costs a NOP (the inlining
+	// mark), and the NOPs were 8 % of the pair's instructions.
+	var e *Entry
+	if e = slot.Load(); e == nil || e.Handle != h {
 		return slow(nil, h, size)
 	}
-	if size-1 >= e.Fast.limit || hooks.AllocChecks.Load() != 0 {
+	if size-1 >= e.Fast.limit.Load() { // 0 while gated (the leak check)
 		return slow(e, h, size)
 	}
 	// Nothing but e and size is live across the pin: every load of the
 	// descriptor comes after it, so nothing is spilled for it.
 	pid := pcpu.Pin()
 	f := &e.Fast
-	cs, ts := *f.h.caches.Load(), *f.t.shards.Load()
-	if uint(pid) >= uint(len(cs)) || uint(pid) >= uint(len(ts)) || e.Destroyed.Load() {
+	// The tally is closedTally, with no shards, once the entry is closed
+	// (destroyed): the bounds test is the destroyed test. Each slice is
+	// dereferenced where its length is compared, that load being its nil
+	// check.
+	var tsp *[]*tallyShard
+	var csp *[]*pcache
+	if tsp, csp = f.t.Load().shards.Load(), f.h.caches.Load(); uint(pid) >= uint(len(*tsp)) || uint(pid) >= uint(len(*csp)) {
 		pcpu.Unpin()
-		return slow(e, h, size)
+		return slow(e, e.Handle, size) // h: not kept across the pin
 	}
-	en := f.classes[((size+f.off+minAlign-1)>>4)&(classTableLen-1)]
-	pc := cs[pid]
-	pc.guard.Lock()
+	pc, sh := (*csp)[pid], (*tsp)[pid] // before any store: no length reloaded
+	en := f.classes.at((size + f.off + minAlign - 1) >> 4)
+	guardOf(unsafe.Pointer(pc)).Lock()
 	l := pc.list(uintptr(en & 0xffff))
 	slot0 := l.head
 	if slot0 == 0 {
-		pc.guard.Unlock()
+		guardOf(unsafe.Pointer(pc)).Unlock()
 		pcpu.Unpin()
-		return slow(e, h, size)
+		return slow(e, e.Handle, size)
 	}
 	l.head = link(slot0)
 	l.n--
@@ -173,44 +257,51 @@ func AllocEntry(slot *atomic.Pointer[Entry], h, size uintptr, slow func(e *Entry
 		FastWindowHook()
 	}
 	foot := uintptr(en >> 16)
-	sh := ts[pid]
-	sh.guard.Lock()
+	guardOf(unsafe.Pointer(sh)).Lock()
 	sh.allocs++
-	sh.bytes += int64(size)
+	b := sh.bytes + int64(size) // compared from the register, not reloaded
+	sh.bytes = b
 	sh.foot += int64(foot)
-	trip := sh.bytes > sh.mark+PeakStep+memsample.Bias()
-	sh.guard.Unlock()
-	p := f.h.handOut(slot0, f.off, size, f.owner)
+	trip := b > sh.next+memsample.Bias()
+	guardOf(unsafe.Pointer(sh)).Unlock()
+	// handOut's stores, the header in one (f.hdr with the size). The slot's
+	// used mark is stored whatever the offset, with no test: at offset 8 the
+	// header, stored after it, covers it.
+	*(*uint32)(cmem.Ptr(slot0)) = usedMark
+	p := slot0 + f.off
+	*(*uint64)(cmem.Ptr(p - hdrSize)) = f.hdr | uint64(size)<<sizeShift
 	if trip { // the peak, or the heap profile is on
 		rare := sh.tripped(int64(size))
-		pc.guard.Unlock()
+		guardOf(unsafe.Pointer(pc)).Unlock()
 		pcpu.Unpin()
 		if rare != 0 {
 			f.rare(p, size, foot, rare)
 		}
 		return p
 	}
-	pc.guard.Unlock()
+	guardOf(unsafe.Pointer(pc)).Unlock()
 	pcpu.Unpin()
 	return p
 }
 
 // list returns the P's free list of class c (< numClasses, which the
-// callers' class tables and spans guarantee), without a bounds check.
+// callers' class tables and spans guarantee), without a bounds check, nor
+// a nil check of pc (never nil: it comes from the caches, every element
+// set): from pc's address, not its field's, which the compiler checks.
 func (pc *pcache) list(c uintptr) *freeList {
-	return (*freeList)(unsafe.Add(unsafe.Pointer(&pc.lists), c*unsafe.Sizeof(freeList{})))
+	return (*freeList)(unsafe.Add(unsafe.Pointer(pc), unsafe.Offsetof(pc.lists)+c*unsafe.Sizeof(freeList{})))
 }
 
 // Serves reports whether AllocEntry may serve size bytes from an entry
 // with descriptor f: whether the size has a class (not 0, not past the
 // small classes). Inlines.
-func (f *Fast) Serves(size uintptr) bool { return size-1 < f.limit }
+func (f *Fast) Serves(size uintptr) bool { return size-1 < f.limit.Load() }
 
 // rare is allocRare for Alloc, out of its frame.
 //
 //go:noinline
 func (f *Fast) rare(p, size, foot uintptr, rare uint8) {
-	allocRare(p, size, foot, f.owner, f.t, rare)
+	allocRare(p, size, foot, f.owner, f.tally, rare)
 }
 
 // Follow-up flags of a Tally (SetFollow): what its owner must do when one
@@ -263,49 +354,50 @@ func FreeFast(p uintptr, mayDefer bool, report func(p uintptr, err error)) error
 		}
 	}
 	pid := pcpu.Pin()
-	var ch *chunk
 	// The table's common case, without lookup's extent check: a chunk of
 	// small blocks (not huge) is a whole granule, so every address the
 	// granule maps to is in it. Huge regions go to freeOther, which checks.
-	// nil (granule 0, where no chunk is) goes there too.
-	if r := p >> (chunkShift + leafBits); r < uintptr(len(root)) {
-		if l := root[r].Load(); l != nil {
-			ch = l[(p>>chunkShift)&(1<<leafBits-1)].Load()
-		}
+	// nil (granule 0, where no chunk is) goes there too. Each way out is a
+	// call of its own (one shared cost the common path a copy and a jump).
+	var lf *leaf
+	if r := p >> (chunkShift + leafBits); r >= uintptr(len(root)) {
+		return freeNoChunk(pid, nil, p, report) // unpins
+	} else if lf = root[r].Load(); lf == nil {
+		return freeNoChunk(pid, nil, p, report) // unpins
 	}
-	if ch == nil || ch.huge != nil {
-		if err := freeRegion(pid, ch, p); err != nil { // unpins
-			return reported(p, err, report)
-		}
-		return nil
+	var ch *chunk
+	if ch = lf[(p>>chunkShift)&(1<<leafBits-1)].Load(); ch == nil || ch.huge != nil {
+		return freeNoChunk(pid, ch, p, report) // unpins
 	}
 	s := ch.pages[((p-ch.base)>>pageShift)&(pagesPerChunk-1)].Load()
 	if s == nil || s.state.Load() != spanSmall {
 		return freeOtherR(pid, ch, p, report) // unpins
 	}
-	first := s.base + hdrSize
+	first, hd := s.base+hdrSize, hdr(p) // one line: see AllocEntry's loads
 	slot := first + uintptr(uint64(p-first)*s.divMul>>divShift)*s.size
-	hd := hdr(p)
 	if p%minAlign != 0 || p < first || p-slot < hdrSize ||
 		!atomic.CompareAndSwapUint32(&hd.tag, tag(magicLive, p-slot), tag(magicFree, p-slot)) {
 		return freeRefused(s, p, report) // unpins
 	}
 	h := ch.heap
-	t := talliesByOwner[hd.owner()].Load() // before the block is counted out (see FreeCounted)
-	if t == nil {
+	var t *Tally // the owner's, before the block is counted out (see FreeCounted)
+	if t = talliesByOwner[hd.owner()].Load(); t == nil {
 		return h.freeSlotRare(pid, s.class, p, slot, t, hd.size(), s.size, report) // unpins
 	}
-	cs, ts := *h.caches.Load(), *t.shards.Load()
-	if uint(pid) >= uint(len(cs)) || uint(pid) >= uint(len(ts)) {
+	// Each slice is dereferenced where its length is compared: that load is
+	// the nil check (dereferenced before, each cost a check of its own).
+	var tsp *[]*tallyShard
+	var csp *[]*pcache
+	if tsp, csp = t.shards.Load(), h.caches.Load(); uint(pid) >= uint(len(*tsp)) || uint(pid) >= uint(len(*csp)) {
 		return h.freeSlotRare(pid, s.class, p, slot, t, hd.size(), s.size, report) // unpins
 	}
-	pc, sh := cs[pid], ts[pid]
-	pc.guard.Lock()
-	sh.guard.Lock()
+	pc, sh := (*csp)[pid], (*tsp)[pid]
+	guardOf(unsafe.Pointer(pc)).Lock()
+	guardOf(unsafe.Pointer(sh)).Lock()
 	sh.frees++
 	sh.bytes -= int64(hd.size())
 	sh.foot -= int64(s.size)
-	sh.guard.Unlock()
+	guardOf(unsafe.Pointer(sh)).Unlock()
 	l := pc.list(uintptr(s.class))
 	setLink(slot, l.head)
 	l.head = slot
@@ -313,7 +405,7 @@ func FreeFast(p uintptr, mayDefer bool, report func(p uintptr, err error)) error
 	if l.n > s.cap {
 		return h.freeOver(pc, s.class, p, t, s.size, report) // unlocks, unpins
 	}
-	pc.guard.Unlock()
+	guardOf(unsafe.Pointer(pc)).Unlock()
 	if t.follow.Load() != 0 {
 		return freeFollowUnpin(p, t, s.size, report) // unpins
 	}
@@ -328,6 +420,17 @@ func freeOther(pid int, ch *chunk, p uintptr) error { return freeOtherR(pid, ch,
 
 func freeFollow(p uintptr, t *Tally, foot uintptr, err error) error {
 	return freeFollowR(p, t, foot, err, nil)
+}
+
+// freeNoChunk is FreeFast for a pointer in no chunk of small blocks: a huge
+// region's (ch), or no chunk's (nil). The caller is pinned; it unpins.
+//
+//go:noinline
+func freeNoChunk(pid int, ch *chunk, p uintptr, report func(p uintptr, err error)) error {
+	if err := freeRegion(pid, ch, p); err != nil { // unpins
+		return reported(p, err, report)
+	}
+	return nil
 }
 
 // reported is FreeFast's error err for p, handed to report when there is

@@ -3,6 +3,7 @@ package heap
 import (
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -14,11 +15,12 @@ func TestFastClassTable(t *testing.T) {
 	for align := uintptr(minAlign); align <= maxSmall/2; align *= 2 {
 		var f Fast
 		f.Init(&Heap{}, NewTally(), 1, align)
-		require.NotZero(t, f.limit, "align %d", align)
+		require.NotZero(t, f.max, "align %d", align)
+		require.Equal(t, f.max, f.limit.Load(), "align %d: not gated", align)
 		off := offFor(align)
 		for size := uintptr(1); size <= maxSmall; size++ {
 			c := classFor(size+off, align)
-			if size > f.limit {
+			if size > f.max {
 				require.Negative(t, c, "align %d size %d: past the limit, yet class %d", align, size, c)
 				continue
 			}
@@ -54,7 +56,7 @@ func TestFastAllocDeclines(t *testing.T) {
 
 	require.False(t, e.Fast.Serves(0), "size 0")
 	require.False(t, e.Fast.Serves(maxSmall), "a large size")
-	require.True(t, e.Fast.Serves(e.Fast.limit))
+	require.True(t, e.Fast.Serves(e.Fast.max))
 	require.Zero(t, alloc(handle, 64), "no entry")
 	require.Nil(t, slowGot, "no entry: none to hand on")
 	slot.Store(e)
@@ -97,13 +99,41 @@ func TestFastAllocDeclines(t *testing.T) {
 	require.Equal(t, ErrDoubleFree, unwrapAll(reported), "a sequential double free, reported")
 	require.NoError(t, FreeFast(0, true, nil), "nil")
 
-	// Cached again (the free above), yet refused once destroyed.
-	e.Destroyed.Store(true)
+	// Cached again (the free above), yet refused while gated (the leak
+	// check), served once the gate is lifted, and refused once closed
+	// (destroyed), with the entry handed on each time.
+	e.Fast.Gate(true)
+	require.False(t, e.Fast.Serves(64), "gated")
 	for range 10 {
+		slowCalls, slowGot = 0, nil
+		require.Zero(t, alloc(handle, 64), "gated")
+		require.Equal(t, 1, slowCalls)
+		require.Same(t, e, slowGot)
+	}
+	require.Zero(t, tl.Sum().Allocs-tl.Sum().Frees, "gated: nothing counted")
+	e.Fast.Gate(false)
+	require.True(t, e.Fast.Serves(64), "the gate lifted")
+	for range 100 {
 		slowCalls = 0
+		if p = alloc(handle, 64); p != 0 {
+			break
+		}
+		q, _, err := h.AllocCounted(64, 16, owner, false, tl) // the goroutine moved: cache one here
+		require.NoError(t, err)
+		_, err = Free(q)
+		require.NoError(t, err)
+	}
+	require.NotZero(t, p, "served again once the gate is lifted")
+	require.NoError(t, FreeFast(p, true, nil))
+	e.Destroyed.Store(true)
+	e.Fast.Close()
+	for range 10 {
+		slowCalls, slowGot = 0, nil
 		require.Zero(t, alloc(handle, 64), "destroyed")
 		require.Equal(t, 1, slowCalls)
+		require.Same(t, e, slowGot, "destroyed: the entry handed on (slow checks the flag)")
 	}
+	require.Zero(t, tl.Sum().Allocs-tl.Sum().Frees, "closed: nothing counted")
 	var none Fast
 	require.False(t, none.Serves(64), "the zero Fast serves nothing")
 }
@@ -115,5 +145,25 @@ func unwrapAll(err error) error {
 			return err
 		}
 		err = u.Unwrap()
+	}
+}
+
+// TestHeaderWord: the one-word header AllocEntry stores (headerWord with
+// the size at sizeShift) is, byte for byte, the header handOut writes, for
+// every offset an alignment gives and owners and sizes at their limits.
+func TestHeaderWord(t *testing.T) {
+	var buf [2 * maxSmall]uint64 // 8-aligned, as a slot is
+	base := uintptr(unsafe.Pointer(&buf[0]))
+	for align := uintptr(minAlign); align <= maxSmall/2; align *= 2 {
+		off := offFor(align)
+		for _, owner := range []uint32{0, 1, 4243, maxOwner} {
+			for _, size := range []uintptr{1, 64, 1 << 15, 1<<16 - 1} {
+				clear(buf[:])
+				p := (&Heap{}).handOut(base, off, size, owner)
+				got := *(*uint64)(unsafe.Add(unsafe.Pointer(&buf[0]), p-hdrSize-base))
+				require.Equal(t, got, headerWord(owner, off)|uint64(size)<<sizeShift,
+					"align %d owner %d size %d", align, owner, size)
+			}
+		}
 	}
 }

@@ -357,8 +357,8 @@ func (h *Heap) AllocSampled(size, align uintptr, owner uint32, zero bool, t *Tal
 						// tripped, written out: taken at every allocation
 						// while profiling, so kept out of a call.
 						sh.guard.Lock()
-						if sh.bytes > sh.mark+PeakStep {
-							sh.mark = sh.bytes
+						if sh.bytes > sh.next {
+							sh.next = sh.bytes + PeakStep
 							rare = rarePeak
 						}
 						if g := memsample.Gen(); g != 0 && sh.cd.Take(int64(size), g) {

@@ -44,7 +44,7 @@ type tallyShard struct {
 	bytes     int64
 	foot      int64
 	fallbacks uint64
-	mark      int64 // bytes when the peak was last sampled
+	next      int64 // bytes past which the peak is sampled: PeakStep past the last sample (newShard)
 	// inflight counts operations begun on this P (Enter) less those ended
 	// on it (Exit); only the sum over Ps means anything. Enter and InFlight
 	// form a store-then-load handshake with the owner's closed flag (see
@@ -56,6 +56,10 @@ type tallyShard struct {
 	cd memsample.Countdown
 	_  [128 - 7*8 - unsafe.Sizeof(memsample.Countdown{}) - unsafe.Sizeof(pcpu.Guard{})]byte
 }
+
+// newShard returns a shard that samples the peak once its P's live bytes
+// pass PeakStep (the next it samples is PeakStep past each sample).
+func newShard() *tallyShard { return &tallyShard{next: PeakStep} }
 
 // SampleHook, set once by alloc's init (before any allocation), records
 // blocks for the heap profile (package memsample). The hot paths
@@ -89,7 +93,7 @@ func NewTally() *Tally {
 	t := new(Tally)
 	s := make([]*tallyShard, runtime.GOMAXPROCS(0))
 	for i := range s {
-		s[i] = new(tallyShard)
+		s[i] = newShard()
 	}
 	t.shards.Store(&s)
 	return t
@@ -111,8 +115,8 @@ func (t *Tally) countPinned(pid int, alloc bool, bytes, foot int64) (ok, sample 
 		sh.allocs++
 		sh.bytes += bytes
 		sh.foot += foot
-		if sh.bytes > sh.mark+PeakStep {
-			sh.mark = sh.bytes
+		if sh.bytes > sh.next {
+			sh.next = sh.bytes + PeakStep
 			sample = true
 		}
 	} else {
@@ -135,7 +139,7 @@ const (
 // countHot is countPinned of an allocation on the hot paths (AllocSampled,
 // AllocGuarded), which count it down to the next heap-profile sample too.
 // sh is the P's shard (nil: none yet, count with CountAlloc). trip says the
-// live bytes passed the mark by PeakStep (the peak is to be sampled) or the
+// live bytes passed the shard's next (the peak is to be sampled) or the
 // heap profile is on (memsample.Bias): the caller, still pinned, does what
 // tripped does. Sampling off, that is the compare countPinned makes anyway,
 // against one more load.
@@ -149,7 +153,7 @@ func (t *Tally) countHot(pid int, bytes, foot int64) (sh *tallyShard, trip bool)
 	sh.allocs++
 	sh.bytes += bytes
 	sh.foot += foot
-	trip = sh.bytes > sh.mark+PeakStep+memsample.Bias()
+	trip = sh.bytes > sh.next+memsample.Bias()
 	sh.guard.Unlock()
 	return sh, trip
 }
@@ -164,8 +168,8 @@ func (t *Tally) countHot(pid int, bytes, foot int64) (sh *tallyShard, trip bool)
 //go:noinline
 func (sh *tallyShard) tripped(size int64) (rare uint8) {
 	sh.guard.Lock()
-	if sh.bytes > sh.mark+PeakStep {
-		sh.mark = sh.bytes
+	if sh.bytes > sh.next {
+		sh.next = sh.bytes + PeakStep
 		rare |= rarePeak
 	}
 	if g := memsample.Gen(); g != 0 && sh.cd.Take(size, g) {
@@ -206,9 +210,9 @@ func (t *Tally) Resize(old, size int64) {
 			sh := s[pid]
 			sh.guard.Lock()
 			sh.bytes += size - old
-			sample := sh.bytes > sh.mark+PeakStep
+			sample := sh.bytes > sh.next
 			if sample {
-				sh.mark = sh.bytes
+				sh.next = sh.bytes + PeakStep
 			}
 			sh.guard.Unlock()
 			pcpu.Unpin()
@@ -330,7 +334,7 @@ func (t *Tally) grow() {
 	s := make([]*tallyShard, n)
 	copy(s, *old) // the shards themselves stay: no count is lost
 	for i := len(*old); i < n; i++ {
-		s[i] = new(tallyShard)
+		s[i] = newShard()
 	}
 	t.shards.CompareAndSwap(old, &s) // losing the race is fine: the winner grew it
 }

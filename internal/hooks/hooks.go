@@ -1,7 +1,7 @@
-// Package hooks holds the counters that internal/heap's fast paths read on
-// every allocation and free, and that packages above it (alloc,
-// internal/memsample, internal/device) move: the one atomic load that says
-// "look beyond the heap". They live here, below the heap, because the heap
+// Package hooks holds the counter that internal/heap's free path reads on
+// every free, and that packages above it (alloc, internal/memsample,
+// internal/device) move: the one atomic load that says "look beyond the
+// heap". They live here, below the heap, because the heap
 // must not import the packages that set them.
 //
 // It holds data only, never a function variable: a call between this
@@ -21,8 +21,7 @@ import "sync/atomic"
 // them on every free.
 var FreeChecks atomic.Int64
 
-// AllocChecks counts the reasons an allocation must take alloc's general
-// path rather than the heap's hot path (heap.AllocEntry): leak-check mode,
-// which records each block's stack. Added to before the reason holds, like
-// FreeChecks: one atomic load on every allocation.
-var AllocChecks atomic.Int64
+// The allocation side has no such counter: its one reason (leak-check
+// mode, whose stacks the general path records) gates each allocator's
+// hot-path descriptor instead (heap.Fast.Gate), in the size limit the hot
+// path compares anyway.

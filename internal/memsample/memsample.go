@@ -39,13 +39,15 @@ var (
 	// compare, whose branch they already had, also tells them to count
 	// down to the next profile sample, and sampling off costs them one
 	// load (see heap.SampleHook).
-	bias atomic.Int64
+	bias int64 // atomic: sync/atomic's functions (Bias says why)
 )
 
 // Bias returns 0 while sampling is off and math.MinInt64/4 while it is on:
 // x > mark+Bias() holds for every x and mark a program can count to while
-// it is on (both within ±2^60).
-func Bias() int64 { return bias.Load() }
+// it is on (both within ±2^60). It loads with atomic.LoadInt64 rather
+// than an atomic.Int64's Load: the method, inlined into the heap's hot
+// path, left a NOP there (its inlining mark).
+func Bias() int64 { return atomic.LoadInt64(&bias) }
 
 // On reports whether sampling is on (a plain load on amd64 and arm64).
 func On() bool { return gen.Load() != 0 }
@@ -74,9 +76,9 @@ func SetRate(n int) {
 	}
 	gen.Store(e)
 	if e == 0 {
-		bias.Store(0)
+		atomic.StoreInt64(&bias, 0)
 	} else {
-		bias.Store(math.MinInt64 / 4) // after gen: whoever sees it sees the gen
+		atomic.StoreInt64(&bias, math.MinInt64/4) // after gen: whoever sees it sees the gen
 	}
 }
 

@@ -21,12 +21,7 @@ func TestInfoPinnedPoolNodes(t *testing.T) {
 	r := ompalloc(t, nil, "info")
 	require.Equal(t, 0, r.code, r.stderr)
 
-	a, err := alloc.New(memspace.Default, alloc.WithPinned(true))
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, a.Destroy()) })
-	p, err := a.Alloc(1000)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, alloc.Free(p)) })
+	livePinnedBlock(t)
 	made, ok := ownPinnedPool(target.DefaultDevice())
 	require.True(t, ok)
 	split := []int{}
@@ -56,14 +51,20 @@ func TestInfoPinnedPoolNodes(t *testing.T) {
 	require.True(t, checked, "info lists the default device")
 }
 
-// poolInfo agrees with the pool a pinned allocator made, heap by heap.
-func TestInfoPoolInfo(t *testing.T) {
+// livePinnedBlock makes the default device's pinned pool exist for the
+// test: a pinned allocator with one live block, both gone at cleanup.
+func livePinnedBlock(t *testing.T) {
 	a, err := alloc.New(memspace.Default, alloc.WithPinned(true))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, a.Destroy()) })
 	p, err := a.Alloc(1000)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, alloc.Free(p)) })
+}
+
+// poolInfo agrees with the pool a pinned allocator made, heap by heap.
+func TestInfoPoolInfo(t *testing.T) {
+	livePinnedBlock(t)
 
 	dev := target.DefaultDevice() // where a pinned allocator pins by default
 	st, ok := ownPinnedPool(dev)

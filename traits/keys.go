@@ -3,6 +3,8 @@ package traits
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ompalloc/ompalloc/internal/ascii"
 )
 
 // Key is an allocator trait key, omp_alloctrait_key_t.
@@ -115,7 +117,7 @@ func (k Key) String() string {
 // KeyByName finds a key by its short name ("alignment") or its omp.h name
 // ("omp_atk_alignment"), ignoring case as OpenMP does for environment values.
 func KeyByName(name string) (Key, bool) {
-	n := strings.TrimPrefix(asciiLower(name), "omp_atk_")
+	n := strings.TrimPrefix(ascii.Lower(name), "omp_atk_")
 	n = strings.Replace(n, "partioner", "partitioner", 1) // the 6.0 header's spelling
 	for k := SyncHint; k <= PartitionerArg; k++ {
 		if keyNames[k] == n {
@@ -172,17 +174,4 @@ func (f FallbackMode) String() string {
 		return valueNames[f]
 	}
 	return fmt.Sprintf("FallbackMode(%d)", int(f))
-}
-
-// asciiLower lower-cases A-Z only: OpenMP's case-insensitivity is about ASCII
-// names, and Unicode folding (the Kelvin sign becomes "k") would let odd
-// spellings through.
-func asciiLower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

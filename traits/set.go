@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ompalloc/ompalloc/internal/ascii"
 	"github.com/ompalloc/ompalloc/internal/predef"
 )
 
@@ -377,7 +378,7 @@ func (k Key) ParseValue(text string) (uintptr, error) {
 	if !ok {
 		return 0, &TraitError{Key: k, Reason: "unknown trait key"}
 	}
-	lower := asciiLower(text)
+	lower := ascii.Lower(text)
 	if lower == "default" {
 		return Default, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ompalloc/ompalloc/internal/ascii"
 	"github.com/ompalloc/ompalloc/internal/envvar"
 	"github.com/ompalloc/ompalloc/internal/predef"
 	"github.com/ompalloc/ompalloc/memspace"
@@ -93,7 +94,7 @@ func ParseEnv(value string) (EnvSpec, error) {
 	}
 	head, rest, hasTraits := strings.Cut(s, ":")
 	head = strings.TrimSpace(head)
-	name := lower(head)
+	name := ascii.Lower(head)
 	if !hasTraits {
 		if h, ok := predef.ByName(name); ok {
 			ms, _ := predef.Memspace(h)
@@ -132,7 +133,7 @@ func ParseEnv(value string) (EnvSpec, error) {
 			return fail(nil, "missing value for trait %q", k)
 		}
 		key, known := traits.KeyByName(k)
-		if !known || strings.HasPrefix(lower(k), "omp_atk_") {
+		if !known || strings.HasPrefix(ascii.Lower(k), "omp_atk_") {
 			return fail(nil, "unknown trait %q", k)
 		}
 		if !isEnvKey(key) {
@@ -179,15 +180,4 @@ func (e EnvSpec) String() string {
 		return e.Memspace.String()
 	}
 	return e.Memspace.String() + ":" + strings.Join(parts, ",")
-}
-
-// lower lower-cases ASCII letters only, as OpenMP compares names.
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

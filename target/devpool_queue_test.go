@@ -269,8 +269,7 @@ func driverPoolNilFreeOnTheBusyQueue(t *testing.T, d *Device) {
 // pool; the cached block still frees and trims. Seen failing before the
 // fix: DriverPool stayed false for the process's life.
 func driverPoolCreateRetried(t *testing.T, d *Device) {
-	require.NoError(t, os.Setenv("FAKECUDA_FAIL", "cuMemPoolCreate:1"))
-	t.Cleanup(func() { _ = os.Setenv("FAKECUDA_FAIL", "") })
+	t.Setenv("FAKECUDA_FAIL", "cuMemPoolCreate:1") // purego hands it on to the C environment
 	p, err := d.PoolAlloc(mib, nil)
 	require.NoError(t, err)
 	require.False(t, d.poolStats().DriverPool, "the first cuMemPoolCreate failed: the cache serves")

@@ -5,6 +5,11 @@
 //
 // Usage: glibc_pair SIZE N            (count mode: run N pairs, print nothing)
 //        glibc_pair SIZE N time RUNS  (print the least ns per pair of RUNS runs)
+//
+// The same file built as a shared object (gcc -O2 -fno-builtin -shared
+// -fPIC) exports glibc_pairs_ns, which the Go program pair loads with -ref
+// to time glibc's pair in its own process, alternating with the Go case's
+// runs on the same thread (see run.sh).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,15 +17,47 @@
 
 static void *volatile sink;
 
-static void pairs(size_t size, long n) {
+// pairs runs n malloc+free pairs of size bytes; it returns 0, or -1 when a
+// malloc failed (the caller says so: the program exits, the library
+// function returns a negative time).
+static int pairs(size_t size, long n) {
 	for (long i = 0; i < n; i++) {
 		void *p = malloc(size);
-		if (p == NULL) {
-			fprintf(stderr, "glibc_pair: malloc(%zu) failed\n", size);
-			exit(1);
-		}
+		if (p == NULL)
+			return -1;
 		sink = p;
 		free(sink);
+	}
+	return 0;
+}
+
+// cpu_ns is the CPU time the calling thread has used, in ns: the clock the
+// Go cases read too, so that a run the scheduler interrupted on a shared
+// machine is not charged for the time other processes ran.
+static double cpu_ns(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+// glibc_pairs_ns runs n pairs of size bytes, as the program does, and
+// returns the thread CPU time per pair in ns, taken here, around the loop
+// alone, so that the cost of the caller's call into C is not in it. It
+// returns -1 when n < 1 or size is 0, -2 when a malloc failed.
+double glibc_pairs_ns(size_t size, long n) {
+	if (size == 0 || n < 1)
+		return -1;
+	double a = cpu_ns();
+	if (pairs(size, n) != 0)
+		return -2;
+	return (cpu_ns() - a) / n;
+}
+
+// run is pairs for the program: a failed malloc ends it with status 1.
+static void run(size_t size, long n) {
+	if (pairs(size, n) != 0) {
+		fprintf(stderr, "glibc_pair: malloc(%zu) failed\n", size);
+		exit(1);
 	}
 }
 
@@ -35,21 +72,17 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "glibc_pair: SIZE and N must be at least 1\n");
 		return 2;
 	}
-	pairs(size, 1000); /* warm-up, as the Go cases do */
+	run(size, 1000); /* warm-up, as the Go cases do */
 	if (argc == 3) {
-		pairs(size, n);
+		run(size, n);
 		return 0;
 	}
 	long runs = strtol(argv[4], NULL, 0);
 	double best = 1e300;
 	for (long r = 0; r < runs; r++) {
-		struct timespec a, b;
-		/* CPU time of this thread, as the Go cases measure theirs: a run
-		   the scheduler interrupted is not charged for others' time. */
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-		pairs(size, n);
-		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-		double ns = (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+		double a = cpu_ns();
+		run(size, n);
+		double ns = cpu_ns() - a;
 		if (ns < best)
 			best = ns;
 	}

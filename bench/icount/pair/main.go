@@ -6,7 +6,23 @@
 // thread's CPU clock where there is one: Linux), for the CPU-time figures
 // beside the counts.
 //
-// Usage: pair -case NAME -n N [-time -runs R] [-regions K]
+// With -time -ref LIB it also times glibc's malloc+free pair in this
+// process: LIB is glibc_pair.c built as a shared object (gcc -O2
+// -fno-builtin -shared -fPIC), loaded with purego (no cgo), whose
+// glibc_pairs_ns times n pairs at the case's size (64 B for the *-64 cases,
+// 4 MiB for default-4MiB) on the thread's CPU clock, inside C. Each run
+// times the case for n operations and then the reference for n pairs, on
+// the same locked thread, so that both sides of a run see the same machine
+// state: on a shared VM a process's speed flips between phases lasting
+// seconds and the vCPUs differ, which moves the ratio of two minima taken
+// in separate processes by ±5%. It prints three lines: the case's least ns
+// per operation, the reference's least ("glibc-64 5.91"), and the median
+// of the per-run ratios, ours / glibc's ("default-64/glibc-64
+// paired-median 2.610"). Short runs (run.sh uses n=20,000) and many of them
+// give both sides the same chances of a quiet window. On systems without a
+// thread CPU clock here (cputime_other.go) the Go side reads wall time.
+//
+// Usage: pair -case NAME -n N [-time -runs R [-ref LIB]] [-regions K]
 //
 // Cases (one operation each):
 //
@@ -19,12 +35,16 @@
 //
 // Every case runs a warm-up of its own before the N operations, so that
 // both runs of a count start from the same caches. The exit status is 1
-// when an operation fails (a nil block), 2 for bad arguments.
+// when an operation fails (a nil block), 2 for bad arguments (-ref without
+// -time, with a case that has no glibc counterpart, or a library that does
+// not load or lacks glibc_pairs_ns).
 package main
 
 import (
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"runtime"
 	"time"
@@ -34,53 +54,124 @@ import (
 	"github.com/ompalloc/ompalloc/target"
 )
 
-func main() { os.Exit(run(os.Args[1:])) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // warm is the operations each case runs before the measured ones.
 const warm = 1000
 
-func run(args []string) int {
+// run is the program: its output goes to stdout, its complaints to stderr,
+// and it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	name := fs.String("case", "default-64", "the case to run (see the package doc)")
 	n := fs.Int("n", 100000, "operations to run")
 	timed := fs.Bool("time", false, "time the operations natively and print ns per operation")
 	runs := fs.Int("runs", 5, "with -time: runs of n operations; the least is printed")
+	refPath := fs.String("ref", "", "with -time: a shared library exporting "+refSymbol+
+		" (glibc_pair.c built with -shared -fPIC), timed for n pairs after each run of the case")
 	regions := fs.Int("regions", 10000, "lock-hit: regions locked")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *n < 1 || *runs < 1 || *regions < 1 {
-		fmt.Fprintf(os.Stderr, "pair: -n, -runs and -regions must be at least 1\n")
+		fmt.Fprintf(stderr, "pair: -n, -runs and -regions must be at least 1\n")
 		return 2
+	}
+	var ref refFunc
+	refCase, hasRef := references[*name]
+	if *refPath != "" {
+		if !*timed {
+			fmt.Fprintf(stderr, "pair: -ref needs -time\n")
+			return 2
+		}
+		if !hasRef {
+			fmt.Fprintf(stderr, "pair: -ref: case %s has no glibc counterpart (only default-64, align64-64, default-4MiB have one)\n", *name)
+			return 2
+		}
+		var err error
+		if ref, err = loadRef(*refPath); err != nil {
+			fmt.Fprintf(stderr, "pair: -ref %s: %v\n", *refPath, err)
+			return 2
+		}
 	}
 	c, err := newCase(*name, *regions)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "pair: %v\n", err)
+		fmt.Fprintf(stderr, "pair: %v\n", err)
 		return 2
 	}
 	defer c.done()
 	runtime.LockOSThread()
 	if err := c.op(warm); err != nil {
-		fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+		fmt.Fprintf(stderr, "pair: %s: %v\n", *name, err)
 		return 1
 	}
 	if !*timed {
 		if err := c.op(*n); err != nil {
-			fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+			fmt.Fprintf(stderr, "pair: %s: %v\n", *name, err)
 			return 1
 		}
 		return 0
 	}
-	best := time.Duration(1<<63 - 1)
-	for range *runs {
+	if ref == nil {
+		best := time.Duration(1<<63 - 1)
+		for range *runs {
+			t0 := cpuNow()
+			if err := c.op(*n); err != nil {
+				fmt.Fprintf(stderr, "pair: %s: %v\n", *name, err)
+				return 1
+			}
+			best = min(best, cpuNow()-t0)
+		}
+		fmt.Fprintf(stdout, "%s %.2f\n", *name, float64(best.Nanoseconds())/float64(*n))
+		return 0
+	}
+	return sideBySide(stdout, stderr, *name, c, refCase, ref, *n, *runs)
+}
+
+// sideBySide times the case and glibc's pair in this process, on this
+// (locked) thread, alternating: each run times n operations of the case,
+// then n pairs of the reference at the case's size. Adjacent runs see the
+// same machine state (on a shared VM a process's speed flips between
+// phases lasting seconds, and the two vCPUs differ), so their ratio is
+// steadier than that of two minima taken in separate processes. It prints
+// the least ns per operation of each side and the median of the per-run
+// ratios (ours / glibc's):
+//
+//	default-64 15.40
+//	glibc-64 5.91
+//	default-64/glibc-64 paired-median 2.61
+func sideBySide(stdout, stderr io.Writer, name string, c *benchCase, refCase reference, ref refFunc, n, runs int) int {
+	if ns := ref(refCase.size, warm); ns < 0 {
+		fmt.Fprintf(stderr, "pair: %s(%d, %d) failed (%g): a malloc returned NULL\n", refSymbol, refCase.size, warm, ns)
+		return 1
+	}
+	bestOurs, bestRef := math.Inf(1), math.Inf(1)
+	ratios := make([]float64, 0, runs)
+	for range runs {
 		t0 := cpuNow()
-		if err := c.op(*n); err != nil {
-			fmt.Fprintf(os.Stderr, "pair: %s: %v\n", *name, err)
+		if err := c.op(n); err != nil {
+			fmt.Fprintf(stderr, "pair: %s: %v\n", name, err)
 			return 1
 		}
-		best = min(best, cpuNow()-t0)
+		ours := float64((cpuNow() - t0).Nanoseconds()) / float64(n)
+		theirs := ref(refCase.size, n)
+		if theirs < 0 {
+			fmt.Fprintf(stderr, "pair: %s(%d, %d) failed (%g): a malloc returned NULL\n", refSymbol, refCase.size, n, theirs)
+			return 1
+		}
+		bestOurs, bestRef = min(bestOurs, ours), min(bestRef, theirs)
+		if theirs > 0 {
+			ratios = append(ratios, ours/theirs)
+		}
 	}
-	fmt.Printf("%s %.2f\n", *name, float64(best.Nanoseconds())/float64(*n))
+	fmt.Fprintf(stdout, "%s %.2f\n", name, bestOurs)
+	fmt.Fprintf(stdout, "%s %.2f\n", refCase.name, bestRef)
+	if len(ratios) == 0 {
+		fmt.Fprintf(stderr, "pair: %s: glibc's runs read 0 ns each (a clock too coarse for -n %d): no ratio\n", name, n)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s/%s paired-median %.3f\n", name, refCase.name, median(ratios))
 	return 0
 }
 

@@ -19,8 +19,11 @@
 # quiet window less often for the slower program. Short adjacent runs see
 # the same machine state. Printed: the least of each side, and the median
 # of the per-run ratios (ours / glibc's), which does not hang on either
-# side's one luckiest run. Cases without a counterpart (pinned-64MiB,
-# lock-hit) are timed alone, least of their runs.
+# side's one luckiest run; under the table, each process's paired median
+# and ratio of leasts (a run's ratio depends on the machine's phase: see
+# README.md before reading a low paired median as progress). Cases without
+# a counterpart (pinned-64MiB, lock-hit) are timed alone, least of their
+# runs.
 #
 # Usage: bench/icount/run.sh
 #        CASES="default-64 align64-64" TIME=1 ROUNDS=5 bench/icount/run.sh
@@ -127,8 +130,9 @@ glibc_for() {
 }
 
 # times holds "CASE NAME NS" for each line a timed process of CASE printed
-# (NAME is CASE or its glibc counterpart); paired holds "CASE MEDIAN", one
-# line per process of a case timed side by side.
+# (NAME is CASE or its glibc counterpart); paired holds "CASE MEDIAN
+# RATIO", one line per process of a case timed side by side: its paired
+# median and the ratio of its two leasts.
 times=$tmp/times paired=$tmp/paired
 : >"$times"
 : >"$paired"
@@ -140,8 +144,10 @@ if [[ $TIME == 1 ]]; then
 			[[ -z $(glibc_for "$c") ]] || ref=(-ref "$tmp/glibc_pair.so")
 			# shellcheck disable=SC2086 # NATIVE is a command prefix
 			out=$($NATIVE "$tmp/pair" -case "$c" -n "$TN" -time -runs "$RUNS" "${ref[@]}") || exit 1
-			printf '%s\n' "$out" | awk -v c="$c" -v t="$times" -v p="$paired" \
-				'$2 == "paired-median" { print c, $3 >> p; next } NF == 2 { print c, $1, $2 >> t }'
+			printf '%s\n' "$out" | awk -v c="$c" -v t="$times" -v p="$paired" '
+				$2 == "paired-median" { m = $3; next }
+				NF == 2 { print c, $1, $2 >> t; if ($1 == c) o = $2; else g = $2 }
+				END { if (m != "") printf "%s %s %.2f\n", c, m, (g > 0 ? o / g : 0) >> p }'
 		done
 	done
 fi
@@ -180,6 +186,7 @@ if [[ $TIME == 1 ]]; then
 	for c in $CASES; do
 		[[ -n $(glibc_for "$c") ]] || continue
 		echo "# paired medians, one per process: $c:$(awk -v c="$c" '$1 == c { printf " %s", $2 }' "$paired")"
+		echo "# time ratios (least / least), one per process: $c:$(awk -v c="$c" '$1 == c { printf " %s", $3 }' "$paired")"
 	done
 fi
 

@@ -190,6 +190,7 @@ func TestTimedTable(t *testing.T) {
 			require.Equal(t, []string{"700.0", "13.00", "glibc-64", "140.0", "3.00", "5.00x", "4.33x", "4.00x"}, r["align64-64"], out)
 			require.Equal(t, []string{"700.0", "300.25", "-", "-", "-", "-", "-", "-"}, r["lock-hit"], out)
 			require.Contains(t, out, "# paired medians, one per process: default-64: 2.5 2.1 2.3")
+			require.Contains(t, out, "# time ratios (least / least), one per process: default-64: 2.40 2.50 1.83")
 
 			log, err := os.ReadFile(filepath.Join(state, "log"))
 			require.NoError(t, err)

@@ -148,3 +148,19 @@ func TestRefSideBySide(t *testing.T) {
 		})
 	}
 }
+
+// TestMedian: the middle value of an odd count, the mean of the two middle
+// ones of an even count, whatever the order given.
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{2.5}, 2.5},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{2.6, 2.0, 2.7, 2.1, 2.65}, 2.6},
+	} {
+		require.InDelta(t, tc.want, median(append([]float64(nil), tc.in...)), 1e-12, "%v", tc.in)
+	}
+}

@@ -1,6 +1,8 @@
 package heap
 
 import (
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -166,4 +168,78 @@ func TestHeaderWord(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFreeFastClaimsOnlyLiveBlocks: FreeFast reads the owner and the P's
+// lists before its compare-and-swap claims the block, and claims with the
+// tag it read; what it refuses must still be refused, with nothing counted
+// and the block untouched: each of four racing frees of one block but one
+// is a double free, counted once; an interior or misaligned pointer is
+// refused and the block stays live; a block whose owner has no tally takes
+// the swap's other path and is still freed once.
+func TestFreeFastClaimsOnlyLiveBlocks(t *testing.T) {
+	h := newTestHeap(t)
+	const owner, orphan = 4244, 4245 // orphan: no tally registered
+	tl := NewTally()
+	SetTally(owner, tl)
+	t.Cleanup(func() { SetTally(owner, nil) })
+	alloc := func(o uint32) uintptr {
+		p, _, err := h.AllocCounted(64, 16, o, false, map[uint32]*Tally{owner: tl}[o])
+		require.NoError(t, err)
+		return p
+	}
+
+	t.Run("racing frees", func(t *testing.T) {
+		for range 200 {
+			p := alloc(owner)
+			before := tl.Sum()
+			var wg sync.WaitGroup
+			var ok, dup atomic.Int32
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					switch err := FreeFast(p, false, nil); {
+					case err == nil:
+						ok.Add(1)
+					case errors.Is(err, ErrDoubleFree):
+						dup.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			require.Equal(t, int32(1), ok.Load())
+			require.Equal(t, int32(3), dup.Load())
+			after := tl.Sum()
+			require.Equal(t, before.Frees+1, after.Frees, "counted out once")
+			require.Equal(t, before.Bytes-64, after.Bytes)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		off  uintptr
+		want error
+	}{
+		{"interior", 16, ErrInvalid},
+		{"misaligned", 8, ErrInvalid},
+		{"inside the header", 4, ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := alloc(owner)
+			before := tl.Sum()
+			require.ErrorIs(t, FreeFast(p+tc.off, false, nil), tc.want)
+			require.Equal(t, before, tl.Sum(), "nothing counted")
+			b, err := Inspect(p)
+			require.NoError(t, err, "the block is still live")
+			require.Equal(t, uintptr(64), b.Size)
+			require.NoError(t, FreeFast(p, false, nil))
+		})
+	}
+	t.Run("owner without a tally", func(t *testing.T) {
+		p := alloc(orphan)
+		require.NoError(t, FreeFast(p, false, nil))
+		require.ErrorIs(t, FreeFast(p, false, nil), ErrDoubleFree)
+		_, err := Inspect(p)
+		require.Error(t, err, "freed")
+	})
 }

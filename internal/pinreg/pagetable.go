@@ -117,17 +117,33 @@ func (t *pageTable) unhint(n *ptInner) {
 	t.hint[n.key&(1<<hintBits-1)].CompareAndSwap(n, nil)
 }
 
+// shared finds p's entry among those sharing page i. A list is sorted by
+// host address, highest first (pageEntries descends the tree), and its
+// entries are disjoint (the tree's are), so the first one starting at or
+// below p is the only one that can hold p: a binary search. A scan cost a
+// hit on a page of 128 locked 32 B ranges about 800 instructions
+// (bench/icount's lock-hit, a lock+unlock: 1,150-1,240 instructions
+// scanning, 610-640 searching).
 func (l *ptLeaf) shared(i uint64, p uintptr) *entry {
 	tab := l.multi.Load()
 	if tab == nil {
 		return nil
 	}
-	if list := tab[i].Load(); list != nil {
-		for _, e := range *list {
-			if p >= e.host && p < e.end {
-				return e
-			}
+	list := tab[i].Load()
+	if list == nil {
+		return nil
+	}
+	es := *list
+	lo, hi := 0, len(es)
+	for lo < hi {
+		if m := int(uint(lo+hi) >> 1); es[m].host <= p {
+			hi = m
+		} else {
+			lo = m + 1
 		}
+	}
+	if lo < len(es) && p < es[lo].end {
+		return es[lo]
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package pinreg
 
 import (
+	"math/rand"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -96,5 +97,61 @@ func TestPageTableHints(t *testing.T) {
 	require.Equal(t, 1, r.pt.nodes())
 	for i := range r.pt.hint {
 		require.Nil(t, r.pt.hint[i].Load(), "hint %d outlives its node", i)
+	}
+}
+
+// TestPageTableSharedPage: ranges sharing one page, locked in any order
+// and with gaps between them, are each found from every byte they hold,
+// and no gap byte finds any: the page's list is searched, not scanned, so
+// its order matters. Unlocking every other one leaves the rest found.
+func TestPageTableSharedPage(t *testing.T) {
+	const page = uintptr(0x7f00_0000_3000)
+	for _, tc := range []struct {
+		name       string
+		size, step uintptr // each range's bytes, and the distance between starts
+		count      int
+	}{
+		{"two", 100, 2048, 2},
+		{"three, unequal gaps", 500, 1300, 3},
+		{"128 of 32 B, touching", 32, 32, 128},
+		{"200 of 16 B with 4 B gaps", 16, 20, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(newFake())
+			starts := make([]uintptr, tc.count)
+			for i := range starts {
+				starts[i] = page + uintptr(i)*tc.step
+			}
+			for _, i := range rand.Perm(tc.count) { // the list's order is the tree's, not the locks'
+				_, err := r.Lock(starts[i], tc.size)
+				require.NoError(t, err)
+			}
+			owner := func(q uintptr) (uintptr, bool) {
+				for _, s := range starts {
+					if q >= s && q < s+tc.size {
+						return s, true
+					}
+				}
+				return 0, false
+			}
+			check := func(live func(s uintptr) bool) {
+				t.Helper()
+				for q := page; q < page+4096; q++ {
+					s, in := owner(q)
+					e, ok := r.Entry(q)
+					if !in || !live(s) {
+						require.False(t, ok, "%#x: in no locked range", q)
+						continue
+					}
+					require.True(t, ok, "%#x: in [%#x, +%d)", q, s, tc.size)
+					require.Equal(t, s, e.Host, "%#x", q)
+				}
+			}
+			check(func(uintptr) bool { return true })
+			for i := 0; i < tc.count; i += 2 {
+				require.NoError(t, r.Unlock(starts[i]))
+			}
+			check(func(s uintptr) bool { return (s-page)/tc.step%2 == 1 })
+		})
 	}
 }

@@ -86,8 +86,13 @@ trap 'rm -rf "$tmp"' EXIT
 irefs() {
 	local out
 	# valgrind 3.19 cannot decode RDTSCP, which Go's runtime uses where the
-	# CPU has it: GODEBUG turns it off.
-	if ! out=$(GODEBUG=cpu.rdtscp=off "$VALGRIND" --tool=cachegrind --cache-sim=no \
+	# CPU has it: GODEBUG turns it off. GOMAXPROCS=1: valgrind runs one
+	# thread at a time, and an idle P's spinning thread or idle-time
+	# collector burned instructions in proportion to the run's wall time
+	# (lock-hit read 3,620, 10,388, even -23,473 per operation where it
+	# otherwise read about 1,200); the cases run on one goroutine, and
+	# glibc_pair ignores the variable.
+	if ! out=$(GOMAXPROCS=1 GODEBUG=cpu.rdtscp=off "$VALGRIND" --tool=cachegrind --cache-sim=no \
 		--cachegrind-out-file=/dev/null "$@" 2>&1); then
 		printf '%s\n' "$out" >&2
 		echo "run.sh: failed under valgrind: $*" >&2

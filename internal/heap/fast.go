@@ -271,7 +271,13 @@ func AllocEntry(slot *atomic.Pointer[Entry], h, size uintptr, slow func(e *Entry
 	p := slot0 + f.off
 	*(*uint64)(cmem.Ptr(p - hdrSize)) = f.hdr | uint64(size)<<sizeShift
 	if trip { // the peak, or the heap profile is on
-		return f.tripped(sh, pc, p, size, foot) // unlocks, unpins
+		rare := sh.tripped(int64(size))
+		guardOf(unsafe.Pointer(pc)).Unlock()
+		pcpu.Unpin()
+		if rare != 0 {
+			f.rare(p, size, foot, rare)
+		}
+		return p
 	}
 	guardOf(unsafe.Pointer(pc)).Unlock()
 	pcpu.Unpin()
@@ -290,22 +296,6 @@ func (pc *pcache) list(c uintptr) *freeList {
 // with descriptor f: whether the size has a class (not 0, not past the
 // small classes). Inlines.
 func (f *Fast) Serves(size uintptr) bool { return size-1 < f.limit.Load() }
-
-// tripped is AllocEntry's tail when its count tripped (the peak is to be
-// sampled, or the heap profile is on): out of its frame, so that p is not
-// kept on AllocEntry's stack for a call it rarely makes. The caller is
-// pinned and holds pc's guard; tripped releases both and returns p.
-//
-//go:noinline
-func (f *Fast) tripped(sh *tallyShard, pc *pcache, p, size, foot uintptr) uintptr {
-	rare := sh.tripped(int64(size))
-	guardOf(unsafe.Pointer(pc)).Unlock()
-	pcpu.Unpin()
-	if rare != 0 {
-		f.rare(p, size, foot, rare)
-	}
-	return p
-}
 
 // rare is allocRare for Alloc, out of its frame.
 //

@@ -193,23 +193,9 @@ func TestFreeFastClaimsOnlyLiveBlocks(t *testing.T) {
 		for range 200 {
 			p := alloc(owner)
 			before := tl.Sum()
-			var wg sync.WaitGroup
-			var ok, dup atomic.Int32
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					switch err := FreeFast(p, false, nil); {
-					case err == nil:
-						ok.Add(1)
-					case errors.Is(err, ErrDoubleFree):
-						dup.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			require.Equal(t, int32(1), ok.Load())
-			require.Equal(t, int32(3), dup.Load())
+			won, dup := racingFrees(p, 4)
+			require.Equal(t, 1, won)
+			require.Equal(t, 3, dup)
 			after := tl.Sum()
 			require.Equal(t, before.Frees+1, after.Frees, "counted out once")
 			require.Equal(t, before.Bytes-64, after.Bytes)
@@ -242,4 +228,25 @@ func TestFreeFastClaimsOnlyLiveBlocks(t *testing.T) {
 		_, err := Inspect(p)
 		require.Error(t, err, "freed")
 	})
+}
+
+// racingFrees frees p with FreeFast from n goroutines at once and returns
+// how many frees succeeded and how many were refused as double frees.
+func racingFrees(p uintptr, n int) (won, dup int) {
+	var w, d atomic.Int32
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch err := FreeFast(p, false, nil); {
+			case err == nil:
+				w.Add(1)
+			case errors.Is(err, ErrDoubleFree):
+				d.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(w.Load()), int(d.Load())
 }

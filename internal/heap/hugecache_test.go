@@ -268,23 +268,9 @@ func TestRacingFreesOfCachedRegion(t *testing.T) {
 	for range 200 {
 		p, _, err := h.Alloc(3<<20, 16, 1, false)
 		require.NoError(t, err)
-		var won, dup atomic.Int32
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				switch err := FreeFast(p, false, nil); {
-				case err == nil:
-					won.Add(1)
-				case errors.Is(err, ErrDoubleFree):
-					dup.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		require.Equal(t, int32(1), won.Load())
-		require.Equal(t, int32(3), dup.Load())
+		won, dup := racingFrees(p, 4)
+		require.Equal(t, 1, won)
+		require.Equal(t, 3, dup)
 	}
 	require.Equal(t, h.Stats().Mapped, h.Stats().Retained, "every region idle")
 }

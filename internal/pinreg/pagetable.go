@@ -123,7 +123,7 @@ func (t *pageTable) unhint(n *ptInner) {
 // below p is the only one that can hold p: a binary search. A scan cost a
 // hit on a page of 128 locked 32 B ranges about 800 instructions
 // (bench/icount's lock-hit, a lock+unlock: 1,150-1,240 instructions
-// scanning, 570-640 searching).
+// scanning, 570-710 searching).
 func (l *ptLeaf) shared(i uint64, p uintptr) *entry {
 	tab := l.multi.Load()
 	if tab == nil {

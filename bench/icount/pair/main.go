@@ -47,6 +47,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/ompalloc/ompalloc/internal/cmem"
@@ -95,6 +96,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	// No collection runs while instructions are counted: when one starts,
+	// and how much marking and how many write barriers it costs, depends on
+	// the run's timing. lock-hit's set-up and tear-down (10,000 regions
+	// locked and unlocked) made several, and its count moved by 20 million
+	// instructions (40 per operation) between otherwise equal processes.
+	gcPercent := debug.SetGCPercent(-1)
+	if !*timed {
+		// One P, whatever GOMAXPROCS says (run.sh sets it too, for the
+		// runtime's start): a goroutine that moves to another P misses its
+		// P's caches, and pinned-64MiB then gives its region back and pins
+		// a new one (180 Go objects allocated in 100,000 pairs on 2 Ps).
+		runtime.GOMAXPROCS(1)
+	}
 	c, err := newCase(*name, *regions)
 	if err != nil {
 		fmt.Fprintf(stderr, "pair: %v\n", err)
@@ -106,17 +120,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pair: %s: %v\n", *name, err)
 		return 1
 	}
-	// The set-up's garbage (lock-hit's 10,000 regions) is collected now, so
-	// that no collection of it falls in one counted run and not the other;
-	// the operations allocate no Go memory.
+	// The set-up's garbage is collected now, in one blocking collection.
 	runtime.GC()
 	if !*timed {
-		if err := c.op(*n); err != nil {
+		if err := counted(c, *n); err != nil {
 			fmt.Fprintf(stderr, "pair: %s: %v\n", *name, err)
 			return 1
 		}
 		return 0
 	}
+	debug.SetGCPercent(gcPercent) // timed runs are long, and time what a user's program sees
 	if ref == nil {
 		best := time.Duration(1<<63 - 1)
 		for range *runs {
@@ -279,4 +292,28 @@ func lockCase(regions int) (*benchCase, error) {
 		return nil
 	}
 	return &benchCase{op, done}, nil
+}
+
+// counted runs the n operations that are counted, with the collector off.
+// They must allocate no Go memory, so that the collector being off leaves
+// none of their cost out: a change that made them allocate fails the count
+// rather than read low.
+func counted(c *benchCase, n int) error {
+	before := goAllocs()
+	if err := c.op(n); err != nil {
+		return err
+	}
+	if k := goAllocs() - before; k != 0 {
+		return fmt.Errorf("%d operations allocated %d Go objects: with the collector off their collection is not counted", n, k)
+	}
+	return nil
+}
+
+// goAllocs is the number of Go heap objects the process has allocated.
+// ReadMemStats, not runtime/metrics, whose count leaves out what the P's
+// caches have not flushed yet (ten 64 B objects read as none).
+func goAllocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }

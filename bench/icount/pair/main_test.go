@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,19 +28,42 @@ func TestMain(m *testing.M) {
 func TestCases(t *testing.T) {
 	for _, name := range []string{"default-64", "align64-64", "default-4MiB", "pinned-64MiB", "lock-hit"} {
 		t.Run(name, func(t *testing.T) {
+			// On one P from the start, as run counts: a goroutine that moves
+			// to another P misses its P's caches.
+			prev := runtime.GOMAXPROCS(1)
+			t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 			c, err := newCase(name, 100)
 			if err != nil && name == "pinned-64MiB" {
 				t.Skipf("no pinned allocator here: %v", err)
 			}
 			require.NoError(t, err)
 			t.Cleanup(c.done)
-			err = c.op(50)
+			err = c.op(50) // the warm-up, as run's
 			if err != nil && name == "pinned-64MiB" {
 				t.Skipf("64 MiB cannot be pinned here: %v", err)
 			}
 			require.NoError(t, err)
+			require.NoError(t, counted(c, 50), "the counted operations allocate no Go memory")
 		})
 	}
+}
+
+// counted fails a case whose operations allocate Go memory: with the
+// collector off while counting, their collection would go uncounted.
+func TestCountedRefusesGoAllocations(t *testing.T) {
+	var keep []*[64]byte
+	c := &benchCase{op: func(n int) error {
+		for range n {
+			keep = append(keep, new([64]byte))
+		}
+		return nil
+	}}
+	err := counted(c, 10)
+	require.ErrorContains(t, err, "10 operations allocated")
+	require.ErrorContains(t, err, "Go objects")
+	require.Len(t, keep, 10)
+	require.NoError(t, counted(&benchCase{op: func(int) error { return nil }}, 10))
+	require.EqualError(t, counted(&benchCase{op: func(int) error { return errors.New("boom") }}, 1), "boom")
 }
 
 // TestRunArguments: bad arguments give exit status 2, a good run 0.
